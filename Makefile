@@ -1,0 +1,43 @@
+# ZoneGate — the two commands that matter: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+# Server processes: glibc's default trim/mmap thresholds make CPython regrow its heap for every
+# large buffer; these settings were measured to matter 2-12x (shared/notes/performance.md).
+export MALLOC_TRIM_THRESHOLD_ ?= 268435456
+export MALLOC_TOP_PAD_ ?= 67108864
+export MALLOC_MMAP_THRESHOLD_ ?= 268435456
+
+.PHONY: venv run test lint soak bench test-zoned clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/zonegate dev
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+soak: $(STAMP)
+	$(BIN)/python -m pytest -q -m soak
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+test-zoned: $(STAMP)
+	$(BIN)/python -m tests.zoned.harness
+
+clean:
+	rm -rf $(VENV) data .pytest_cache

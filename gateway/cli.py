@@ -1,0 +1,36 @@
+"""The one command-line entry point, `zonegate`, composed from each layer's subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from zonestore import cli as zonestore_cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zonegate",
+        description="S3-compatible object store for AI training data on zoned drives",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    zonestore_cli.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, ValueError) as e:
+        # Bad input or environment: one line, no stack trace.
+        print(f"zonegate: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""Reed-Solomon coding of parts into fragment archives (pyeclib, ISA-L by default).
+
+A part is cut into fixed-size segments (the last one shorter); each segment is encoded into k+m
+fragments (pyeclib prepends an 80-byte header to each). Fragment archive `i` of a part is the
+concatenation of fragment `i` of every segment, so all full segments give fragments of one size
+and only the tail segment differs: any client byte range maps to a contiguous byte range of
+every archive. pyeclib's own `get_segment_info` merges a short tail into the previous segment,
+which needs the part length up front; ours does not, so it is only used for fragment sizes.
+
+A 0-byte part has no segments: pyeclib cannot encode 0 bytes, so its archives are empty
+(0 payload bytes; only their metadata blob says what they belong to).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+from pyeclib.ec_iface import ECDriver
+
+HEADER_SIZE = 80  # pyeclib/liberasurecode fragment header
+DEFAULT_BACKEND = "isa_l_rs_vand"
+DEFAULT_SEGMENT = 1024 * 1024
+
+
+class CodecError(Exception):
+    """Fragments could not be decoded (too few, inconsistent, or corrupt headers)."""
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """An erasure-coding scheme; recorded with every part so it can always be decoded."""
+
+    k: int = 8
+    m: int = 2
+    segment_size: int = DEFAULT_SEGMENT
+    backend: str = DEFAULT_BACKEND
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.m < 1:
+            raise ValueError(f"k and m must be >= 1 (got k={self.k}, m={self.m})")
+        if self.segment_size < 1:
+            raise ValueError(f"segment_size must be >= 1 (got {self.segment_size})")
+
+    @property
+    def n(self) -> int:
+        return self.k + self.m
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Scheme:
+        return cls(k=int(d["k"]), m=int(d["m"]), segment_size=int(d["segment_size"]),
+                   backend=str(d["backend"]))
+
+
+@dataclass(frozen=True)
+class RangePlan:
+    """Which segments a client byte range touches and which archive bytes hold them."""
+
+    first_segment: int
+    last_segment: int      # inclusive
+    archive_start: int     # byte offset in every archive
+    archive_end: int       # exclusive
+    skip: int              # bytes to drop from the first decoded segment
+    length: int            # client bytes to return
+
+    @property
+    def empty(self) -> bool:
+        return self.length == 0
+
+
+@lru_cache(maxsize=16)
+def _driver(k: int, m: int, backend: str) -> ECDriver:
+    return ECDriver(k=k, m=m, ec_type=backend)
+
+
+class Codec:
+    """Encode/decode segments of one scheme, and the segment/archive arithmetic around them."""
+
+    def __init__(self, scheme: Scheme | None = None, *, warm_up: bool = True) -> None:
+        self.scheme = scheme or Scheme()
+        s = self.scheme
+        try:
+            self.driver = _driver(s.k, s.m, s.backend)
+        except Exception as e:  # pyeclib raises several unrelated types here
+            raise ValueError(f"erasure backend {s.backend!r} cannot do k={s.k} m={s.m}: {e}") from e
+        self._frag_sizes: dict[int, int] = {}
+        if warm_up:
+            # The first encode/decode call of a process is slow (table set-up): pay it now.
+            frags = self.encode(bytes(min(s.segment_size, 64 * 1024)))
+            self.decode(frags[s.m:])
+
+    # -- sizes -------------------------------------------------------------------------------
+
+    def fragment_size(self, segment_length: int) -> int:
+        """Bytes of one fragment (header included) of a segment of this many bytes."""
+        size = self._frag_sizes.get(segment_length)
+        if size is None:
+            if segment_length <= 0:
+                raise ValueError("segments are never empty")
+            info = self.driver.get_segment_info(segment_length, segment_length)
+            size = self._frag_sizes[segment_length] = int(info["fragment_size"])
+        return size
+
+    def segment_count(self, part_length: int) -> int:
+        return -(-part_length // self.scheme.segment_size)
+
+    def segment_length(self, part_length: int, index: int) -> int:
+        seg = self.scheme.segment_size
+        return min(seg, part_length - index * seg)
+
+    def archive_offset(self, part_length: int, segment: int) -> int:
+        """Offset in every archive of fragment `segment` (only the last segment is short)."""
+        if segment == 0:
+            return 0
+        return segment * self.fragment_size(self.scheme.segment_size)
+
+    def archive_length(self, part_length: int) -> int:
+        n = self.segment_count(part_length)
+        if n == 0:
+            return 0
+        return self.archive_offset(part_length, n - 1) + self.fragment_size(
+            self.segment_length(part_length, n - 1))
+
+    def plan_range(self, part_length: int, offset: int = 0, length: int | None = None) -> RangePlan:
+        """Map the client range [offset, offset+length) to segments and archive bytes."""
+        if offset < 0 or (length is not None and length < 0):
+            raise ValueError("negative range")
+        if offset > part_length:
+            raise ValueError(f"range starts at {offset}, past the part's {part_length} bytes")
+        end = part_length if length is None else min(part_length, offset + length)
+        if end <= offset:
+            return RangePlan(0, -1, 0, 0, 0, 0)
+        seg = self.scheme.segment_size
+        first, last = offset // seg, (end - 1) // seg
+        start = self.archive_offset(part_length, first)
+        stop = self.archive_offset(part_length, last) + self.fragment_size(
+            self.segment_length(part_length, last))
+        return RangePlan(first, last, start, stop, offset - first * seg, end - offset)
+
+    # -- coding ------------------------------------------------------------------------------
+
+    def encode(self, segment: bytes | bytearray | memoryview) -> list[bytes]:
+        """k+m fragments of one segment, index order."""
+        if len(segment) == 0:
+            raise ValueError("cannot encode an empty segment")
+        return self.driver.encode(bytes(segment))
+
+    def decode(self, fragments: Sequence[bytes]) -> bytes:
+        """The segment from any k of its fragments (each carries its index in its header)."""
+        try:
+            return self.driver.decode(list(fragments))
+        except Exception as e:
+            raise CodecError(f"cannot decode segment: {e}") from e
+
+    def reconstruct(self, fragments: Sequence[bytes], indexes: Sequence[int]) -> list[bytes]:
+        """Rebuild the fragments with these indexes from any k others."""
+        try:
+            return self.driver.reconstruct(list(fragments), list(indexes))
+        except Exception as e:
+            raise CodecError(f"cannot reconstruct fragments {list(indexes)}: {e}") from e
+
+    def fragment_index(self, fragment: bytes) -> int:
+        """The index recorded in a fragment's header (checks the header's checksum)."""
+        try:
+            return int(self.driver.get_metadata(fragment[:HEADER_SIZE + 1], formatted=True)["index"])
+        except Exception as e:
+            raise CodecError(f"bad fragment header: {e}") from e
+
+    def split_archive_range(self, part_length: int, plan: RangePlan, data: bytes | memoryview
+                            ) -> list[memoryview]:
+        """Cut the archive bytes of a plan into one fragment per segment."""
+        mv = memoryview(data)
+        out, pos = [], 0
+        for s in range(plan.first_segment, plan.last_segment + 1):
+            size = self.fragment_size(self.segment_length(part_length, s))
+            out.append(mv[pos:pos + size])
+            pos += size
+        if pos != len(mv):
+            raise CodecError(f"archive range has {len(mv)} bytes, expected {pos}")
+        return out
+
+
+async def segments(body: AsyncIterable[bytes], segment_size: int) -> AsyncIterator[bytes]:
+    """Re-chunk a byte stream into segments of exactly segment_size bytes (last one shorter).
+    Holds at most one segment plus one incoming chunk."""
+    buf = bytearray()
+    async for chunk in body:
+        if not chunk:
+            continue
+        if not buf and len(chunk) == segment_size:
+            yield bytes(chunk)
+            continue
+        buf += chunk
+        while len(buf) >= segment_size:
+            yield bytes(buf[:segment_size])
+            del buf[:segment_size]
+    if buf:
+        yield bytes(buf)
+
+
+def encode_to_archives(codec: Codec, data: bytes) -> list[bytes]:
+    """Whole-buffer helper (tests, small parts): the k+m archives of `data`."""
+    seg = codec.scheme.segment_size
+    archives = [bytearray() for _ in range(codec.scheme.n)]
+    for off in range(0, len(data), seg):
+        for i, frag in enumerate(codec.encode(data[off:off + seg])):
+            archives[i] += frag
+    return [bytes(a) for a in archives]
+
+
+def decode_from_archives(codec: Codec, part_length: int, archives: dict[int, bytes],
+                         offset: int = 0, length: int | None = None) -> bytes:
+    """Whole-buffer helper: decode a client range from any k archives (index -> full archive)."""
+    plan = codec.plan_range(part_length, offset, length)
+    if plan.empty:
+        return b""
+    if len(archives) < codec.scheme.k:
+        raise CodecError(f"need {codec.scheme.k} archives, have {len(archives)}")
+    chosen = sorted(archives)[:codec.scheme.k]
+    per_archive = [codec.split_archive_range(part_length, plan,
+                                             archives[i][plan.archive_start:plan.archive_end])
+                   for i in chosen]
+    out = bytearray()
+    for j in range(plan.last_segment - plan.first_segment + 1):
+        out += codec.decode([bytes(frags[j]) for frags in per_archive])
+    return bytes(out[plan.skip:plan.skip + plan.length])

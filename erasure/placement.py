@@ -1,0 +1,110 @@
+"""Where the k+m fragments of a part go: rendezvous (highest-random-weight) hashing.
+
+Every (part, fragment index, node) triple gets a pseudo-random score; fragments are matched to
+nodes greedily from the highest score down (a stable matching), so no node gets two fragments of
+one part and no failure domain gets more than its share (none, when there are at least k+m
+domains). Adding or removing a node only changes the matches that involve it, plus a few that
+cascade from them: about 1/13 of all placements move when a 13th node joins twelve.
+
+Nodes known to be down are not re-matched: their fragments go to *handoff* nodes, the next
+nodes in the part's rendezvous order (a per-part ranking of all nodes), so every other fragment
+stays where it is. Repair uses the same order to find a home for a fragment whose node is gone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NodeSlot:
+    """What placement needs to know about a node."""
+
+    id: str
+    domain: str
+
+
+def _score(*parts: str) -> int:
+    h = hashlib.blake2b("\0".join(parts).encode(), digest_size=8)
+    return int.from_bytes(h.digest(), "big")
+
+
+class Placement:
+    """Rendezvous placement of `width` (= k+m) fragments over a fixed node list."""
+
+    def __init__(self, nodes: Sequence[NodeSlot], width: int) -> None:
+        ids = [n.id for n in nodes]
+        if len(set(ids)) != len(ids):
+            raise ValueError("placement: duplicate node ids")
+        if width > len(nodes):
+            raise ValueError(f"placement: {width} fragments need at least {width} nodes, "
+                             f"have {len(nodes)}")
+        self.nodes = list(nodes)
+        self.width = width
+        self.domain_of = {n.id: n.domain for n in nodes}
+        domains = len(set(self.domain_of.values()))
+        # With fewer domains than fragments, spread them as evenly as the domains allow.
+        self.per_domain = -(-width // domains)
+
+    def ranked(self, part_uid: str) -> list[str]:
+        """All node ids in this part's rendezvous order (handoff order)."""
+        return sorted(self.domain_of, key=lambda nid: _score(part_uid, nid), reverse=True)
+
+    def primary(self, part_uid: str) -> list[str]:
+        """Node id for each fragment index when every node is up."""
+        pairs = sorted(((_score(part_uid, str(i), n.id), i, n.id)
+                        for i in range(self.width) for n in self.nodes), reverse=True)
+        chosen: dict[int, str] = {}
+        used: set[str] = set()
+        per_domain: Counter[str] = Counter()
+        for _, i, nid in pairs:
+            dom = self.domain_of[nid]
+            if i in chosen or nid in used or per_domain[dom] >= self.per_domain:
+                continue
+            chosen[i] = nid
+            used.add(nid)
+            per_domain[dom] += 1
+            if len(chosen) == self.width:
+                break
+        return [chosen[i] for i in range(self.width)]
+
+    def handoffs(self, part_uid: str, used: Iterable[str], exclude: Iterable[str] = ()
+                 ) -> Iterator[str]:
+        """Nodes not in `used` or `exclude`, in rendezvous order, those in failure domains
+        still below their share first (used nodes count towards their domain)."""
+        used = set(used)
+        skip = used | set(exclude)
+        per_domain = Counter(self.domain_of[n] for n in used if n in self.domain_of)
+        rest = [n for n in self.ranked(part_uid) if n not in skip]
+        yielded: set[str] = set()
+        while True:
+            fresh = [n for n in rest if n not in yielded
+                     and per_domain[self.domain_of[n]] < self.per_domain]
+            pool = fresh or [n for n in rest if n not in yielded]
+            if not pool:
+                return
+            nid = pool[0]
+            yielded.add(nid)
+            per_domain[self.domain_of[nid]] += 1
+            yield nid
+
+    def place(self, part_uid: str, exclude: Iterable[str] = ()) -> list[str]:
+        """Node id for each fragment index, with excluded (down) nodes' fragments handed off.
+        Raises ValueError when too few nodes remain to give every fragment its own node."""
+        exclude = set(exclude)
+        nodes = self.primary(part_uid)
+        if not exclude.intersection(nodes):
+            return nodes
+        keep = [n for n in nodes if n not in exclude]
+        spare = self.handoffs(part_uid, keep, exclude)
+        out = []
+        for nid in nodes:
+            if nid in exclude:
+                nid = next(spare, None)
+                if nid is None:
+                    raise ValueError(f"placement: not enough nodes up for {self.width} fragments")
+            out.append(nid)
+        return out

@@ -1,0 +1,91 @@
+"""Split a streamed PUT body into its payload and the metadata blob that trails it.
+
+The body is exactly `length` payload bytes followed by the metadata blob (the rest of the body,
+at most `max_meta` bytes). `PutBody.payload()` yields the payload chunk by chunk straight from
+the socket (memory stays bounded by one read buffer); when it reads the payload's last bytes it
+reads the metadata blob too and checks the signed SHA-256 of the whole body *before* yielding
+the last chunk, so the zone log never commits a body that is short, too long or tampered with.
+`PutBody.meta` is then the callable the zone log evaluates after the body.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+
+from aiohttp import StreamReader
+
+from zonestore.node.errors import NodeError
+from zonestore.nodeauth import UNSIGNED
+
+CHUNK = 1 << 20
+
+
+class ClientGone(NodeError):
+    """The client disconnected (or its body ended early): nothing is committed."""
+
+
+class PutBody:
+    def __init__(self, content: StreamReader, length: int, max_meta: int,
+                 body_hash: str = UNSIGNED) -> None:
+        self.content = content
+        self.length = length
+        self.max_meta = max_meta
+        self._hasher = None if body_hash == UNSIGNED else hashlib.sha256()
+        self._expected = body_hash
+        self._meta: bytes | None = None
+        self.error: NodeError | None = None
+        self.received = 0
+
+    async def payload(self) -> AsyncIterator[bytes]:
+        try:
+            remaining = self.length
+            if remaining == 0:
+                await self._read_meta()
+            while remaining > 0:
+                chunk = await self._read(min(remaining, CHUNK))
+                if not chunk:
+                    raise ClientGone(400, "incomplete_body",
+                                     f"body ended after {self.length - remaining} of "
+                                     f"{self.length} payload bytes (X-ZG-Length)")
+                remaining -= len(chunk)
+                if self._hasher is not None:
+                    self._hasher.update(chunk)
+                if remaining == 0:
+                    await self._read_meta()
+                yield chunk
+        except NodeError as exc:
+            self.error = exc
+            raise
+
+    def meta(self) -> bytes:
+        if self._meta is None:  # the zone log asked before consuming the payload: a bug
+            raise RuntimeError("metadata blob requested before the payload was consumed")
+        return self._meta
+
+    async def _read(self, n: int) -> bytes:
+        try:
+            data = await self.content.read(n)
+        except (ConnectionError, OSError, EOFError) as exc:
+            raise ClientGone(400, "client_gone", f"client went away mid-body: {exc}") from None
+        except Exception as exc:  # aiohttp's payload errors (bad chunking, early EOF)
+            raise ClientGone(400, "bad_body", f"request body unreadable: {exc}") from None
+        self.received += len(data)
+        return data
+
+    async def _read_meta(self) -> None:
+        buf = bytearray()
+        while True:
+            chunk = await self._read(self.max_meta + 1 - len(buf))
+            if not chunk:
+                break
+            buf += chunk
+            if len(buf) > self.max_meta:
+                raise NodeError(413, "meta_too_large",
+                                f"metadata blob after the payload exceeds {self.max_meta} bytes")
+        if self._hasher is not None:
+            self._hasher.update(buf)
+            if self._hasher.hexdigest() != self._expected:
+                raise NodeError(403, "body_mismatch",
+                                "body does not match its signed SHA-256 (X-ZG-Content-SHA256)")
+        self._meta = bytes(buf)

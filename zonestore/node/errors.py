@@ -1,0 +1,83 @@
+"""JSON errors of the node API and the mapping from store exceptions to HTTP statuses.
+
+Every refusal is `{"error": code, "message": text}` with a 4xx/5xx status; bad input never
+reaches a 500 (a 500 means a bug in the node and is logged with its traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from aiohttp import web
+
+from zonestore.errors import CorruptRecord, InvalidRange, NoSpace, RecordNotFound
+
+log = logging.getLogger("zonestore.node")
+
+
+class NodeError(Exception):
+    """A request the node refuses, with its HTTP status and a short machine-readable code."""
+
+    def __init__(self, status: int, code: str, message: str,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+
+
+def json_error(status: int, code: str, message: str,
+               headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status,
+        text=json.dumps({"error": code, "message": message}),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def error_for(exc: BaseException) -> NodeError | None:
+    """The NodeError a store exception stands for, or None if it is not a known refusal."""
+    if isinstance(exc, NodeError):
+        return exc
+    if isinstance(exc, RecordNotFound):
+        return NodeError(404, "not_found", "no such record")
+    if isinstance(exc, CorruptRecord):
+        return NodeError(409, "corrupt", f"record is corrupt on disk: {exc}")
+    if isinstance(exc, NoSpace):
+        return NodeError(507, "no_space", str(exc) or "no space left on this node's drives")
+    if isinstance(exc, InvalidRange):
+        return NodeError(416, "invalid_range", str(exc) or "range outside the record")
+    if isinstance(exc, web.HTTPException):
+        code = exc.reason.lower().replace(" ", "_") if exc.reason else "http_error"
+        return NodeError(exc.status, code, exc.text or exc.reason or "")
+    return None
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
+    """Turn refusals into JSON errors; a request whose body was not read closes its connection
+    (otherwise aiohttp would drain up to gigabytes of an unwanted upload)."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        err = error_for(exc)
+        assert err is not None
+        return _respond(request, err)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a response
+        err = error_for(exc)
+        if err is None:
+            log.exception("internal error on %s %s", request.method, request.path)
+            err = NodeError(500, "internal", f"internal error: {type(exc).__name__}")
+        return _respond(request, err)
+
+
+def _respond(request: web.Request, err: NodeError) -> web.Response:
+    resp = json_error(err.status, err.code, err.message, err.headers)
+    if request.body_exists and not request.content.at_eof():
+        resp.force_close()
+    return resp

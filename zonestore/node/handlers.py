@@ -1,0 +1,311 @@
+"""The node's HTTP API (docs/design.md, "Node daemon"): records, listing, stats, health, metrics.
+
+Bodies are streamed both ways: a PUT's payload goes from the socket into the zone log chunk by
+chunk (see `body.py`) and is answered only once durable; a GET streams verified chunks out.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import inspect
+import re
+from typing import Any
+
+from aiohttp import web
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from zonestore.errors import CorruptRecord
+from zonestore.ids import validate_record_id
+from zonestore.node.auth import BODY_HASH
+from zonestore.node.body import PutBody
+from zonestore.node.errors import NodeError, log
+from zonestore.node.state import STATE, NodeState
+from zonestore.nodeauth import EMPTY_SHA256, UNSIGNED
+
+MAX_LIST_LIMIT = 10_000
+_STREAM_RE = re.compile(r"[\x21-\x7e]{1,256}")
+_INT_RE = re.compile(r"[0-9]{1,20}")
+_RANGE_RE = re.compile(r"bytes=([0-9]{0,20})-([0-9]{0,20})")
+
+
+def _state(request: web.Request) -> NodeState:
+    return request.app[STATE]
+
+
+def _store(request: web.Request) -> Any:
+    state = _state(request)
+    if state.pool is None:
+        raise NodeError(503, "not_ready", "the node is still opening its drives")
+    return state.pool
+
+
+def _record_id(request: web.Request) -> str:
+    try:
+        return validate_record_id(request.match_info["id"])
+    except ValueError as exc:
+        raise NodeError(400, "invalid_id", str(exc)) from None
+
+
+def _no_body(request: web.Request) -> None:
+    """Requests other than PUT carry no body; a signed hash must be that of the empty body."""
+    if request.body_exists:
+        raise NodeError(400, "unexpected_body", f"{request.method} takes no request body")
+    signed = request.get(BODY_HASH, UNSIGNED)
+    if signed not in (UNSIGNED, EMPTY_SHA256):
+        raise NodeError(403, "body_mismatch", "signed body hash is not that of the empty body")
+
+
+def _record_headers(info: Any) -> dict[str, str]:
+    return {
+        "X-ZG-Length": str(info.length),
+        "X-ZG-Meta": base64.b64encode(info.meta).decode(),
+        "X-ZG-Crc32c": str(info.crc32c),
+        "X-ZG-Stream": info.stream,
+        "X-ZG-Seq": str(info.seq),
+        "Accept-Ranges": "bytes",
+    }
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """(offset, length) of a single `bytes=` range, None for the whole record. Raises 416."""
+    if header is None:
+        return None
+    m = _RANGE_RE.fullmatch(header.strip())
+    if m is None or (not m.group(1) and not m.group(2)):
+        raise NodeError(400, "bad_range", f"unsupported Range {header[:100]!r} "
+                        "(use one range: bytes=a-b, bytes=a- or bytes=-n)")
+    first, last = m.group(1), m.group(2)
+    unsatisfiable = NodeError(416, "invalid_range", f"range {header[:100]!r} outside the "
+                              f"record of {size} bytes", {"Content-Range": f"bytes */{size}"})
+    if not first:  # suffix: the last n bytes
+        n = int(last)
+        if n == 0 or size == 0:
+            raise unsatisfiable
+        n = min(n, size)
+        return size - n, n
+    start = int(first)
+    end = size - 1 if not last else min(int(last), size - 1)
+    if last and int(last) < start:
+        raise NodeError(400, "bad_range", f"Range {header[:100]!r} ends before it starts")
+    if start >= size:
+        raise unsatisfiable
+    return start, end - start + 1
+
+
+async def put_record(request: web.Request) -> web.Response:
+    state = _state(request)
+    rid = _record_id(request)
+    raw_len = request.headers.get("X-ZG-Length")
+    if raw_len is None or not _INT_RE.fullmatch(raw_len):
+        raise NodeError(400, "bad_length", "X-ZG-Length (payload bytes, a decimal integer) "
+                        "is required")
+    length = int(raw_len)
+    if length > state.max_record_size:
+        raise NodeError(413, "too_large", f"record of {length} bytes exceeds this node's limit "
+                        f"of {state.max_record_size} bytes")
+    stream = request.headers.get("X-ZG-Stream", "default")
+    if not _STREAM_RE.fullmatch(stream):
+        raise NodeError(400, "bad_stream", "X-ZG-Stream must be 1-256 printable ASCII characters")
+    declared = request.content_length
+    if declared is not None:
+        if declared < length:
+            raise NodeError(400, "incomplete_body", f"Content-Length {declared} is shorter than "
+                            f"X-ZG-Length {length}")
+        if declared > length + state.max_meta_size:
+            raise NodeError(413, "meta_too_large", f"Content-Length {declared} leaves "
+                            f"{declared - length} bytes of metadata (max {state.max_meta_size})")
+    store = _store(request)
+    body = PutBody(request.content, length, state.max_meta_size,
+                   request.get(BODY_HASH, UNSIGNED))
+    try:
+        info = await store.put(rid, body.payload(), stream=stream, meta=body.meta, length=length)
+    except Exception as exc:
+        if body.error is not None:  # the body's own fault, whatever the store wrapped it in
+            raise body.error from exc
+        if type(exc) is ValueError:  # the store's "body shorter/longer than length"
+            raise NodeError(400, "bad_body", str(exc)) from exc
+        raise
+    finally:
+        state.metrics.received.inc(body.received)
+    return web.json_response(
+        {"id": info.id, "length": info.length, "crc32c": info.crc32c, "seq": info.seq},
+        status=201,
+    )
+
+
+async def _open_reader(store: Any, rid: str, offset: int, length: int):
+    it = store.get(rid, offset, length)
+    if inspect.isawaitable(it):  # `async def get() -> AsyncIterator` or an async generator
+        it = await it
+    return it
+
+
+async def get_record(request: web.Request) -> web.StreamResponse:
+    state = _state(request)
+    rid = _record_id(request)
+    _no_body(request)
+    store = _store(request)
+    info = await store.head(rid)
+    rng = parse_range(request.headers.get("Range"), info.length)
+    offset, length = rng if rng is not None else (0, info.length)
+    headers = _record_headers(info)
+    if rng is not None:
+        headers["Content-Range"] = f"bytes {offset}-{offset + length - 1}/{info.length}"
+    it = await _open_reader(store, rid, offset, length)
+    # Pull the first chunk before answering: corruption found here is still a clean 409.
+    first = await anext(it, b"") if length else b""
+    resp = web.StreamResponse(status=206 if rng is not None else 200, headers=headers)
+    resp.content_length = length
+    resp.content_type = "application/octet-stream"
+    await resp.prepare(request)
+    sent = 0
+    try:
+        if first:
+            await resp.write(first)
+            sent += len(first)
+        if length:
+            async for chunk in it:
+                await resp.write(chunk)
+                sent += len(chunk)
+    except CorruptRecord as exc:
+        # Too late for a status: cut the connection so the client sees a short body, never
+        # bad bytes.
+        log.error("record %s: corrupt data after %d bytes sent: %s", rid, sent, exc)
+        resp.force_close()
+        if request.transport is not None:
+            request.transport.close()
+        return resp
+    finally:
+        state.metrics.sent.inc(sent)
+        aclose = getattr(it, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    await resp.write_eof()
+    return resp
+
+
+async def head_record(request: web.Request) -> web.StreamResponse:
+    rid = _record_id(request)
+    _no_body(request)
+    info = await _store(request).head(rid)
+    resp = web.StreamResponse(status=200, headers=_record_headers(info))
+    resp.content_length = info.length  # the length a GET would send; HEAD sends no body
+    resp.content_type = "application/octet-stream"
+    await resp.prepare(request)
+    await resp.write_eof()
+    return resp
+
+
+async def delete_record(request: web.Request) -> web.Response:
+    rid = _record_id(request)
+    _no_body(request)
+    if not await _store(request).delete(rid):
+        raise NodeError(404, "not_found", "no such record")
+    return web.Response(status=204)
+
+
+def _query_text(request: web.Request, name: str) -> str:
+    values = request.rel_url.query.getall(name, [])
+    if len(values) > 1:
+        raise NodeError(400, "bad_query", f"{name} given more than once")
+    value = values[0] if values else ""
+    if value:
+        # A prefix may be any start of a valid id; `after` is an id (or a prefix of one).
+        try:
+            validate_record_id(value)
+        except ValueError:
+            raise NodeError(400, "bad_query", f"{name} {value[:100]!r} is not (the start of) a "
+                            "valid record id") from None
+    return value
+
+
+async def list_records(request: web.Request) -> web.Response:
+    _no_body(request)
+    unknown = set(request.rel_url.query) - {"prefix", "after", "limit"}
+    if unknown:
+        raise NodeError(400, "bad_query", f"unknown query parameter(s): {sorted(unknown)}")
+    prefix = _query_text(request, "prefix")
+    after = _query_text(request, "after")
+    raw_limit = request.rel_url.query.get("limit", "1000")
+    if not _INT_RE.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT:
+        raise NodeError(400, "bad_query", f"limit must be 1-{MAX_LIST_LIMIT}")
+    limit = int(raw_limit)
+    # One more than asked tells whether another page exists.
+    infos = _store(request).scan(prefix, after, limit + 1)
+    more = len(infos) > limit
+    infos = infos[:limit]
+    return web.json_response({
+        "records": [
+            {"id": i.id, "length": i.length, "meta": base64.b64encode(i.meta).decode(),
+             "stream": i.stream, "crc32c": i.crc32c, "seq": i.seq}
+            for i in infos
+        ],
+        "next": infos[-1].id if more and infos else None,
+    })
+
+
+def _as_dict(stats: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(stats):
+        return dataclasses.asdict(stats)
+    if isinstance(stats, dict):
+        return dict(stats)
+    return dict(vars(stats))
+
+
+_SUMMED = ("user_bytes_written", "device_bytes_written", "gc_bytes_copied", "free_bytes",
+           "used_bytes", "live_bytes", "flushes", "flush_bytes", "records", "crc_failures",
+           "read_errors", "open_zones")
+
+
+async def node_stats(request: web.Request) -> web.Response:
+    _no_body(request)
+    state = _state(request)
+    drives = []
+    for i, (path, log_) in enumerate(zip(state.drive_paths, state.logs, strict=False)):
+        d = _as_dict(log_.stats())
+        d.update(drive=i, path=str(path))
+        drives.append(d)
+    totals: dict[str, Any] = {k: sum(d.get(k, 0) or 0 for d in drives) for k in _SUMMED}
+    totals["write_amplification"] = (
+        totals["device_bytes_written"] / totals["user_bytes_written"]
+        if totals["user_bytes_written"] else 0.0
+    )
+    zones: dict[str, int] = {}
+    for d in drives:
+        for cond, n in (d.get("zones_by_condition") or {}).items():
+            zones[str(cond)] = zones.get(str(cond), 0) + n
+    totals["zones_by_condition"] = zones
+    return web.json_response({"node_id": state.node_id, "ready": state.ready,
+                              "drives": drives, "totals": totals})
+
+
+async def health_live(request: web.Request) -> web.Response:
+    return web.json_response({"status": "live", "node_id": _state(request).node_id})
+
+
+async def health_ready(request: web.Request) -> web.Response:
+    state = _state(request)
+    if not state.ready:
+        return web.json_response({"status": "starting", "node_id": state.node_id}, status=503)
+    return web.json_response({"status": "ready", "node_id": state.node_id,
+                              "drives": len(state.logs)})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    resp = web.Response(body=_state(request).metrics.render())
+    resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return resp
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_put("/v1/records/{id}", put_record, name="record_put")
+    r.add_get("/v1/records/{id}", get_record, name="record_get", allow_head=False)
+    r.add_head("/v1/records/{id}", head_record, name="record_head")
+    r.add_delete("/v1/records/{id}", delete_record, name="record_delete")
+    r.add_get("/v1/records", list_records, name="list", allow_head=False)
+    r.add_get("/v1/stats", node_stats, name="stats", allow_head=False)
+    r.add_get("/health/live", health_live, name="live")
+    r.add_get("/health/ready", health_ready, name="ready")
+    r.add_get("/metrics", metrics, name="metrics", allow_head=False)

@@ -1,0 +1,128 @@
+"""Prometheus metrics of a node: per-drive zone-log statistics and per-request counters.
+
+Drive metrics are read from each ZoneLog's `stats()` at scrape time by a custom collector (so
+they are always current and cost nothing between scrapes); the `drive` label is the drive's
+index in the node's drive list, which keeps cardinality low. Request metrics are labelled by
+method, route name (never the record id) and status.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+
+PREFIX = "zonegate_node"
+ROUTE_NAME: web.RequestKey[str] = web.RequestKey("zg_route", str)
+
+# (stats attribute, metric name without prefix, help, counter?)
+_DRIVE_FIELDS: tuple[tuple[str, str, str, bool], ...] = (
+    ("used_bytes", "drive_capacity_used_bytes", "Bytes in zones holding data (live or garbage).",
+     False),
+    ("free_bytes", "drive_capacity_free_bytes", "Bytes still writable (empty zones and tails).",
+     False),
+    ("live_bytes", "drive_live_bytes", "Payload bytes of live records.", False),
+    ("records", "drive_records", "Live records.", False),
+    ("user_bytes_written", "drive_user_written_bytes", "Payload bytes written by clients.", True),
+    ("device_bytes_written", "drive_device_written_bytes",
+     "Bytes written to the device (headers, padding and GC included).", True),
+    ("gc_bytes_copied", "drive_gc_copied_bytes", "Bytes copied by reclaim (GC).", True),
+    ("write_amplification", "drive_write_amplification",
+     "Device bytes written per user byte written.", False),
+    ("flushes", "drive_flushes", "Group-commit flushes.", True),
+    ("flush_bytes", "drive_flush_bytes", "Bytes made durable by flushes.", True),
+    ("read_errors", "drive_read_errors", "Device read errors.", True),
+    ("crc_failures", "drive_crc_failures", "Records whose CRC32C check failed on read.", True),
+    ("open_zones", "drive_open_zones", "Zones currently open.", False),
+    ("max_open_zones", "drive_max_open_zones", "The device's open-zone limit (0 = none).", False),
+    ("max_active_zones", "drive_max_active_zones", "The device's active-zone limit (0 = none).",
+     False),
+)
+
+
+class DriveStatsCollector:
+    """Reads `stats()` of each drive's log when Prometheus scrapes."""
+
+    def __init__(self, drives: Callable[[], Sequence[Any]]) -> None:
+        self._drives = drives  # returns the logs once the node is ready, [] before
+
+    def collect(self) -> Iterable[Metric]:
+        logs = self._drives()
+        families: dict[str, Metric] = {}
+        for attr, name, doc, counter in _DRIVE_FIELDS:
+            cls = CounterMetricFamily if counter else GaugeMetricFamily
+            families[attr] = cls(f"{PREFIX}_{name}", doc, labels=["drive"])
+        zones = GaugeMetricFamily(f"{PREFIX}_drive_zones", "Zones by condition.",
+                                  labels=["drive", "condition"])
+        for i, log in enumerate(logs):
+            stats = log.stats()
+            for attr, _name, _doc, _counter in _DRIVE_FIELDS:
+                value = getattr(stats, attr, None)
+                if value is not None:
+                    families[attr].add_metric([str(i)], float(value))
+            for cond, n in sorted((getattr(stats, "zones_by_condition", None) or {}).items()):
+                zones.add_metric([str(i), str(cond).lower()], float(n))
+        yield from families.values()
+        yield zones
+
+
+class NodeMetrics:
+    """The node's own registry (never the global one: several nodes may share a process)."""
+
+    def __init__(self, drives: Callable[[], Sequence[Any]]) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(DriveStatsCollector(drives))
+        self.requests = Counter(f"{PREFIX}_requests", "HTTP requests handled.",
+                                ["method", "route", "status"], registry=self.registry)
+        self.latency = Histogram(
+            f"{PREFIX}_request_duration_seconds", "Time to handle a request, body included.",
+            ["method", "route"], registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+                     60, 300),
+        )
+        self.received = Counter(f"{PREFIX}_received_bytes", "Record bytes received (PUT bodies).",
+                                registry=self.registry)
+        self.sent = Counter(f"{PREFIX}_sent_bytes", "Record bytes sent (GET bodies).",
+                            registry=self.registry)
+        self.auth_failures = Counter(f"{PREFIX}_auth_failures", "Requests refused with 403.",
+                                     registry=self.registry)
+        self.reclaims = Counter(f"{PREFIX}_reclaim_runs", "Background reclaim passes.",
+                                ["drive", "result"], registry=self.registry)
+        self.ready = False
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
+        start = time.perf_counter()
+        status = 500
+        try:
+            resp = await handler(request)
+            status = resp.status
+            return resp
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            route = request.get(ROUTE_NAME) or _route_name(request)
+            method = request.method if request.method in _METHODS else "OTHER"
+            self.requests.labels(method, route, str(status)).inc()
+            self.latency.labels(method, route).observe(time.perf_counter() - start)
+            if status == 403:
+                self.auth_failures.inc()
+
+
+_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "POST"})
+
+
+def _route_name(request: web.Request) -> str:
+    info = request.match_info
+    route = getattr(info, "route", None)
+    name = getattr(route, "name", None) if route is not None else None
+    return name or "other"

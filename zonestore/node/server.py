@@ -1,0 +1,309 @@
+"""Start, run and stop a storage node: open its drives, serve the node API, reclaim, shut down.
+
+`run_node(...)` is the blocking entry point (`python -m zonestore.node`, `zonegate node`);
+`NodeServer` is the same thing as an object for callers that own an event loop.
+
+Start-up order: the drives are checked and opened first (a missing or unusable drive stops the
+node with a one-line error before it listens); then the node listens, so `/health/live`
+answers while the zone logs rebuild their indexes; `/health/ready` turns 200 once every log is
+open. SIGTERM/SIGINT stop accepting requests, let in-flight ones finish (bounded), stop the
+reclaim tasks and close the logs (which flush) and the devices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import random
+import signal
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from zonestore.device import ZonedDevice
+from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_drive
+from zonestore.node.auth import make_auth_middleware
+from zonestore.node.errors import error_middleware
+from zonestore.node.handlers import add_routes
+from zonestore.node.metrics import NodeMetrics
+from zonestore.node.state import DEFAULT_MAX_RECORD_SIZE, MAX_META_SIZE, STATE, NodeState
+from zonestore.nodeauth import DEFAULT_WINDOW
+from zonestore.opener import open_device
+
+log = logging.getLogger("zonestore.node")
+
+INDEX_NAME = "index.sqlite"  # inside an emulated drive's directory, as ZoneLog.open_path does
+LOCK_NAME = "node.lock"
+READ_BUFSIZE = 1 << 20  # socket read buffer per request: bounds a PUT's memory, keeps reads big
+
+
+class DriveError(Exception):
+    """A drive cannot be used; the message is one line naming the drive and the fix."""
+
+
+@dataclass
+class NodeOptions:
+    max_record_size: int = DEFAULT_MAX_RECORD_SIZE
+    auth_window: float = DEFAULT_WINDOW
+    open_metrics: str = "loopback"  # who may read /metrics and /health/ready unsigned
+    reclaim_interval: float = 60.0  # seconds between reclaim passes on a drive; 0 = never
+    create_drives: bool = False  # create missing drives as emulated drives of `geometry`
+    geometry: Geometry | None = None
+    index_dir: Path | None = None  # where indexes of real (block-device) drives live
+    port_file: Path | None = None  # written with the bound port once listening
+    shutdown_timeout: float = 30.0
+    log_tuning: dict[str, Any] = field(default_factory=dict)  # passed to ZoneLog.open
+
+
+def _index_path(drive: Path, index: int, node_id: str, index_dir: Path | None) -> Path:
+    if index_dir is not None:
+        return Path(index_dir) / f"{node_id}.d{index}.{INDEX_NAME}"
+    if is_emulated_drive(drive):
+        return drive / INDEX_NAME
+    raise DriveError(f"{drive}: a block device needs --index-dir for its zone-log index")
+
+
+def _lock_path(drive: Path, index: int, node_id: str, index_dir: Path | None) -> Path:
+    if is_emulated_drive(drive) or index_dir is None:
+        return drive / LOCK_NAME
+    return Path(index_dir) / f"{node_id}.d{index}.{LOCK_NAME}"
+
+
+class _Drive:
+    def __init__(self, path: Path, device: ZonedDevice, index_path: Path, lock_fd: int) -> None:
+        self.path = path
+        self.device = device
+        self.index_path = index_path
+        self.lock_fd = lock_fd
+
+
+def open_drives(paths: Sequence[str | Path], node_id: str, options: NodeOptions) -> list[_Drive]:
+    """Open (and with create_drives, create) each drive, locking it against a second node."""
+    if not paths:
+        raise DriveError("a node needs at least one drive (--drive PATH)")
+    resolved = [Path(p).resolve() for p in paths]
+    if len(set(resolved)) != len(resolved):
+        raise DriveError("the same drive is listed twice")
+    drives: list[_Drive] = []
+    try:
+        for i, path in enumerate(resolved):
+            if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+                if not options.create_drives:
+                    raise DriveError(
+                        f"{path}: no such drive (create it with `zonegate drive create {path}` "
+                        "or start the node with --create-drives)")
+                create_emulated_drive(path, options.geometry)
+                log.info("created emulated drive %s", path)
+            lock = _lock_path(path, i, node_id, options.index_dir)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise DriveError(f"{path}: drive is in use by another node process") from None
+            try:
+                device = open_device(path)
+            except Exception as exc:
+                os.close(fd)
+                raise DriveError(f"{path}: {exc}") from None
+            drives.append(_Drive(path, device, _index_path(path, i, node_id,
+                                                           options.index_dir), fd))
+    except BaseException:
+        for d in drives:
+            _close_drive(d)
+        raise
+    return drives
+
+
+def _close_drive(d: _Drive) -> None:
+    with contextlib.suppress(Exception):
+        d.device.close()
+    with contextlib.suppress(OSError):
+        os.close(d.lock_fd)
+
+
+def build_app(state: NodeState, secret: bytes, options: NodeOptions) -> web.Application:
+    """The aiohttp application of one node (routes, auth, errors, metrics)."""
+    app = web.Application(
+        middlewares=[
+            state.metrics.middleware,  # outermost: counts every answer, refusals included
+            error_middleware,
+            make_auth_middleware(secret, window=options.auth_window,
+                                 open_metrics=options.open_metrics),
+        ],
+        client_max_size=MAX_META_SIZE,  # only for request.read(); record bodies are streamed
+    )
+    app[STATE] = state
+    add_routes(app)
+    return app
+
+
+def _listen_socket(host: str, port: int) -> socket.socket:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, socktype, proto, _, addr = infos[0]
+    sock = socket.socket(family, socktype, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+class NodeServer:
+    """One storage node: `await start()`, then `await stop()`."""
+
+    def __init__(self, node_id: str, drives: Sequence[str | Path], host: str, port: int,
+                 secret: str | bytes, options: NodeOptions | None = None) -> None:
+        if not secret:
+            raise ValueError("the cluster secret is empty")
+        self.node_id = node_id
+        self.drive_paths = [Path(p) for p in drives]
+        self.host = host
+        self.port = port
+        self.secret = secret.encode() if isinstance(secret, str) else secret
+        self.options = options or NodeOptions()
+        self.state: NodeState | None = None
+        self._drives: list[_Drive] = []
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._ready = asyncio.Event()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        self._drives = open_drives(self.drive_paths, self.node_id, self.options)
+        state = NodeState(node_id=self.node_id, drive_paths=[d.path for d in self._drives],
+                          metrics=NodeMetrics(lambda: self.state.logs if self.state else []),
+                          max_record_size=self.options.max_record_size)
+        self.state = state
+        app = build_app(state, self.secret, self.options)
+        self._runner = web.AppRunner(
+            app, handle_signals=False, access_log=None,
+            shutdown_timeout=self.options.shutdown_timeout,
+            max_line_size=8190, max_field_size=8190, max_headers=64,
+            read_bufsize=READ_BUFSIZE,
+        )
+        await self._runner.setup()
+        sock = _listen_socket(self.host, self.port)
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+        log.info("node %s listening on %s with %d drive(s)", self.node_id, self.url,
+                 len(self._drives))
+        if self.options.port_file is not None:
+            tmp = Path(f"{self.options.port_file}.tmp")
+            tmp.write_text(f"{self.port}\n")
+            os.replace(tmp, self.options.port_file)
+        await self._open_logs(state)
+
+    async def _open_logs(self, state: NodeState) -> None:
+        from zonestore.pool import DrivePool
+        from zonestore.zonelog import ZoneLog
+
+        logs = []
+        try:
+            for d in self._drives:
+                logs.append(await ZoneLog.open(d.device, d.index_path, **self.options.log_tuning))
+        except BaseException:
+            for lg in logs:
+                with contextlib.suppress(Exception):
+                    await lg.close()
+            raise
+        state.logs = logs
+        state.pool = DrivePool(logs)
+        if self.options.reclaim_interval > 0:
+            for i, lg in enumerate(logs):
+                self._tasks.append(asyncio.create_task(self._reclaim_loop(i, lg),
+                                                       name=f"reclaim-d{i}"))
+        self._ready.set()
+        log.info("node %s ready", self.node_id)
+
+    async def _reclaim_loop(self, index: int, zlog: Any) -> None:
+        """One reclaim pass per interval per drive (jittered so drives do not copy in step)."""
+        interval = self.options.reclaim_interval
+        metrics = self.state.metrics if self.state else None
+        while True:
+            await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+            try:
+                await zlog.reclaim()
+                result = "ok"
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reclaim on drive %d failed", index)
+                result = "error"
+            if metrics is not None:
+                metrics.reclaims.labels(str(index), result).inc()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()  # stops listening, waits for in-flight requests
+            self._runner = None
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        if self.state is not None:
+            pool, self.state.pool = self.state.pool, None
+            logs, self.state.logs = self.state.logs, []
+            close = getattr(pool, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+            for lg in logs:
+                try:
+                    await lg.close()
+                except Exception:
+                    log.exception("closing a zone log failed")
+        for d in self._drives:
+            _close_drive(d)
+        self._drives = []
+        log.info("node %s stopped", self.node_id)
+
+
+async def serve(node_id: str, drives: Sequence[str | Path], host: str, port: int,
+                secret: str | bytes, options: NodeOptions | None = None) -> None:
+    """Run a node until SIGTERM or SIGINT."""
+    node = NodeServer(node_id, drives, host, port, secret, options)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        start = asyncio.create_task(node.start())
+        waiter = asyncio.create_task(stop.wait())
+        await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if start.done():
+            start.result()  # start-up errors surface here
+            await waiter
+        else:
+            start.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await start
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await node.stop()
+
+
+def run_node(node_id: str, drives: Sequence[str | Path], host: str, port: int,
+             secret: str | bytes, **options: Any) -> None:
+    """Run a storage node in this process until SIGTERM/SIGINT. `options` are the fields of
+    `NodeOptions` (max_record_size, create_drives, geometry, reclaim_interval, ...).
+    Raises DriveError (one line) if a drive is missing or unusable."""
+    asyncio.run(serve(node_id, drives, host, port, secret, NodeOptions(**options)))

@@ -1,0 +1,35 @@
+"""What a node's request handlers share: its drives' store, settings and metrics."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from zonestore.node.metrics import NodeMetrics
+
+GiB = 1 << 30
+DEFAULT_MAX_RECORD_SIZE = 6 * GiB
+MAX_META_SIZE = 64 * 1024  # the metadata blob limit of docs/design.md
+
+
+@dataclass
+class NodeState:
+    node_id: str
+    drive_paths: list[Path]
+    metrics: NodeMetrics
+    max_record_size: int = DEFAULT_MAX_RECORD_SIZE
+    max_meta_size: int = MAX_META_SIZE
+    pool: Any = None  # the DrivePool, once every drive's log is open
+    logs: list[Any] = field(default_factory=list)
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def ready(self) -> bool:
+        return self.pool is not None
+
+
+STATE: web.AppKey[NodeState] = web.AppKey("zg_node_state", NodeState)

@@ -1,0 +1,96 @@
+"""`zonegate node` (run one storage node of the cluster config) and `zonegate repair`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from erasure.config import ClusterConfig
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    node = sub.add_parser("node", help="run one storage node of the cluster config")
+    node.add_argument("--config", required=True, help="cluster config (TOML)")
+    node.add_argument("--id", required=True, help="this node's id in the config")
+    node.add_argument("--create-drives", action="store_true",
+                      help="create missing drives as emulated zoned drives")
+    node.add_argument("--port-file", default=None, help="write the bound port here when listening")
+    node.add_argument("--log-level", default="INFO")
+    node.set_defaults(func=cmd_node)
+
+    rep = sub.add_parser("repair", help="find and rebuild missing or corrupt fragments")
+    rep.add_argument("--config", required=True, help="cluster config (TOML)")
+    rep.add_argument("--prefix", default="", help="only parts whose id starts with this")
+    rep.add_argument("--deep", action="store_true",
+                     help="also read every fragment through to find silent corruption")
+    rep.add_argument("--dry-run", action="store_true", help="report, rebuild nothing")
+    rep.add_argument("--state-dir", default=None,
+                     help="where the repair queue lives (default: erasure.state_dir)")
+    rep.set_defaults(func=cmd_repair)
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from zonestore.node.server import DriveError, run_node
+
+    cfg = ClusterConfig.load(args.config)
+    spec = cfg.node(args.id)
+    if not spec.drives:
+        raise ValueError(f"{cfg.source}: node {spec.id} has no drives")
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format=f"%(asctime)s {spec.id} %(levelname)s %(name)s: %(message)s")
+    try:
+        run_node(spec.id, list(spec.drives), spec.host, spec.port, cfg.secret,
+                 create_drives=args.create_drives,
+                 port_file=Path(args.port_file) if args.port_file else None)
+    except DriveError as e:
+        raise ValueError(str(e)) from None
+    return 0
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    cfg = ClusterConfig.load(args.config)
+    return asyncio.run(_repair(cfg, args))
+
+
+async def _repair(cfg: ClusterConfig, args: argparse.Namespace) -> int:
+    from erasure.cluster import ErasureCluster
+    from erasure.repair import repair
+
+    console = Console(stderr=False, highlight=False)
+    async with ErasureCluster(cfg, state_dir=args.state_dir, health_interval=0) as cluster:
+        down = sorted(cluster.down_nodes())
+        if down:
+            console.print(f"nodes down: {', '.join(down)} (their fragments go to handoff nodes)")
+        console.print("scanning nodes" + (" and reading every fragment" if args.deep else ""))
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=False) as progress:
+            task = progress.add_task("repairing", total=None)
+
+            def found(n: int) -> None:
+                progress.update(task, total=n)
+
+            def done(part: str, what) -> None:
+                if isinstance(what, str):
+                    progress.console.print(f"[red]failed[/] {part}: {what}")
+                else:
+                    places = ", ".join(f"f{i:02d} -> {n}" for i, n in sorted(what.items()))
+                    progress.console.print(f"fixed {part}: {places}")
+                progress.advance(task)
+
+            report = await repair(cluster, args.prefix, deep=args.deep, dry_run=args.dry_run,
+                                  on_found=found, on_done=done)
+    for part, why in report.failed if args.dry_run else []:
+        console.print(f"{part}: {why}")
+    for part, why in report.unrecoverable:
+        console.print(f"[red]unrecoverable[/] {part}: {why}")
+    if report.unreachable:
+        console.print(f"could not list: {', '.join(report.unreachable)}")
+    console.print(f"{len(report.fixed)} parts fixed, {len(report.failed)} failed, "
+                  f"{len(report.unrecoverable)} unrecoverable, {report.healthy} healthy")
+    return 1 if (report.failed and not args.dry_run) or report.unrecoverable else 0

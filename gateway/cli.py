@@ -6,6 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from erasure import cli as erasure_cli
+from gateway import dev as gateway_dev
+from gateway import recover as gateway_recover
+from gateway import serve as gateway_serve
 from zonestore import cli as zonestore_cli
 
 
@@ -16,6 +20,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     zonestore_cli.register(sub)
+    erasure_cli.register(sub)
+    gateway_dev.register(sub)
+    gateway_serve.register(sub)
+    gateway_recover.register(sub)
     return parser
 
 

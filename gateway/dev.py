@@ -1,0 +1,455 @@
+"""`zonegate dev`: a whole local cluster in one command (what `make run` starts).
+
+It writes a cluster configuration under the data directory on first start (random cluster
+secret and root credentials, or ZONEGATE_ACCESS_KEY / ZONEGATE_SECRET_KEY), creates the
+emulated zoned drives, starts one `zonegate node` process per node and the gateway
+(`zonegate serve`), waits until all of them answer, prints the endpoint and credentials, and
+supervises them until Ctrl-C or SIGTERM. A restart finds the same configuration and data.
+
+Children never outlive the launcher: each runs in its own process group (so a terminal's
+Ctrl-C reaches only the launcher, which then stops the gateway before the nodes), and asks the
+kernel for SIGTERM should the launcher die, even by SIGKILL (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import http.client
+import os
+import secrets
+import signal
+import socket
+import ssl
+import string
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from erasure.config import ClusterConfig
+from zonestore.cli import _size as parse_size
+from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_drive
+from zonestore.nodeauth import sign_headers
+
+CONFIG_NAME = "zonegate.toml"
+ROOT_USER = "root"
+DRIVES_PER_NODE = 2
+MiB = 1024 * 1024
+# glibc's default trim/mmap thresholds make CPython regrow its heap for every large buffer;
+# measured to matter 2-12x for the servers (shared/notes/performance.md, Makefile).
+MALLOC_ENV = {
+    "MALLOC_TRIM_THRESHOLD_": "268435456",
+    "MALLOC_TOP_PAD_": "67108864",
+    "MALLOC_MMAP_THRESHOLD_": "268435456",
+}
+READY_BANNER = "ZoneGate is ready"
+PR_SET_PDEATHSIG = 1
+RESTARTS_PER_MINUTE = 5
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("dev", help="run a whole local cluster (nodes + gateway) in one command")
+    p.add_argument("--data", default="data", help="data directory (default ./data)")
+    p.add_argument("--port", type=int, default=9000, help="S3 port (default 9000)")
+    p.add_argument("--host", default="127.0.0.1", help="address the gateway binds")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="node daemons, on first start (default 12)")
+    p.add_argument("--workers", type=int, default=2, help="gateway worker processes")
+    p.add_argument("--tls", action="store_true",
+                   help="serve HTTPS with a self-signed certificate made under --data")
+    g = Geometry()
+    p.add_argument("--zones", type=int, default=g.nr_zones,
+                   help=f"zones per emulated drive, on first start (default {g.nr_zones})")
+    p.add_argument("--zone-size", type=parse_size, default=g.zone_size,
+                   help=f"zone size, on first start (default {g.zone_size // MiB}M; sparse)")
+    p.add_argument("--grace", type=float, default=10.0,
+                   help="seconds a child gets after SIGTERM before SIGKILL")
+    p.add_argument("--start-timeout", type=float, default=180.0,
+                   help="seconds to wait for every process to be ready")
+    p.set_defaults(func=cmd_dev)
+
+
+# ---------------------------------------------------------------------------------- config
+
+def _random_key(n: int, alphabet: str) -> str:
+    return "".join(secrets.choice(alphabet) for _ in range(n))
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(host: str, avoid: set[int]) -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
+
+
+def _split_url(url: str) -> tuple[str, int]:
+    hostport = url.split("://", 1)[-1].split("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    return host, int(port)
+
+
+def new_config(data: Path, nodes: int, host: str, port: int) -> dict[str, Any]:
+    """A fresh cluster configuration (docs/design.md format) with random secrets."""
+    if not 1 <= nodes <= 99:
+        raise ValueError(f"--nodes must be between 1 and 99, not {nodes}")
+    access = os.environ.get("ZONEGATE_ACCESS_KEY") or _random_key(
+        20, string.ascii_uppercase + string.digits)
+    secret = os.environ.get("ZONEGATE_SECRET_KEY") or _random_key(
+        40, string.ascii_letters + string.digits)
+    used = {port}
+    node_list = []
+    for i in range(1, nodes + 1):
+        nid = f"node{i:02d}"
+        nport = port + 100 + i
+        if nport > 65535 or nport in used or not _port_free(host, nport):
+            nport = _free_port(host, used)
+        used.add(nport)
+        node_list.append({
+            "id": nid,
+            "url": f"http://{host}:{nport}",
+            "domain": nid,
+            "drives": [str(data / nid / f"d{d}") for d in range(DRIVES_PER_NODE)],
+        })
+    return {
+        "secret": secrets.token_hex(32),
+        # Absolute, so that nothing depends on the directory `zonegate dev` was started from.
+        "erasure": {"state_dir": str(data / "erasure")},
+        "gateway": {
+            "listen": f"{host}:{port}",
+            "metadata": str(data / "gateway" / "meta.sqlite"),
+            "region": "us-east-1",
+        },
+        "users": [{"name": ROOT_USER, "access_key": access, "secret_key": secret}],
+        "nodes": node_list,
+    }
+
+
+def refresh_config(cfg: dict[str, Any], host: str, port: int) -> list[str]:
+    """Adapt a reused configuration to this start: the gateway's port, node ports that are
+    taken by something else, and credentials from the environment. Returns what changed."""
+    notes = []
+    listen = f"{host}:{port}"
+    if cfg.get("gateway", {}).get("listen") != listen:
+        cfg.setdefault("gateway", {})["listen"] = listen
+    used = {port}
+    for node in cfg.get("nodes", []):
+        nhost, nport = _split_url(node["url"])
+        if nport in used or not _port_free(nhost, nport):
+            new = _free_port(nhost, used)
+            notes.append(f"{node['id']}: port {nport} is taken, using {new}")
+            node["url"] = f"http://{nhost}:{new}"
+            nport = new
+        used.add(nport)
+    env_access = os.environ.get("ZONEGATE_ACCESS_KEY")
+    env_secret = os.environ.get("ZONEGATE_SECRET_KEY")
+    if env_access or env_secret:
+        users = cfg.setdefault("users", [])
+        root = next((u for u in users if u.get("name") == ROOT_USER), None)
+        if root is None:
+            root = {"name": ROOT_USER, "access_key": "", "secret_key": ""}
+            users.insert(0, root)
+        if env_access and root["access_key"] != env_access:
+            root["access_key"] = env_access
+            notes.append("root access key taken from ZONEGATE_ACCESS_KEY")
+        if env_secret and root["secret_key"] != env_secret:
+            root["secret_key"] = env_secret
+            notes.append("root secret key taken from ZONEGATE_SECRET_KEY")
+    return notes
+
+
+def write_config(path: Path, cfg: dict[str, Any]) -> None:
+    ClusterConfig.from_dict(cfg, source=str(path))  # refuse to write what nodes would refuse
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds secrets
+    with os.fdopen(fd, "wb") as f:
+        f.write(b"# ZoneGate local cluster, written by `zonegate dev`.\n")
+        tomli_w.dump(cfg, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def ensure_drives(cfg: dict[str, Any], geometry: Geometry) -> int:
+    made = 0
+    for node in cfg["nodes"]:
+        for drive in node["drives"]:
+            if not is_emulated_drive(drive):
+                create_emulated_drive(drive, geometry)
+                made += 1
+    return made
+
+
+# ------------------------------------------------------------------------------- processes
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _child_preexec(parent: int) -> None:
+    # Runs in the child between fork and exec: die with the launcher, however it dies.
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    log: Path
+    proc: Any = None
+    starts: list[float] = field(default_factory=list)
+    gave_up: bool = False
+
+    def spawn(self, env: dict[str, str]) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        parent = os.getpid()
+        with open(self.log, "ab") as out:
+            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: "
+                      f"{' '.join(self.argv)}\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                env=env, process_group=0, preexec_fn=lambda: _child_preexec(parent),
+            )
+        self.starts.append(time.monotonic())
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join("    " + t for t in text[-lines:])
+
+
+def _http_status(url: str, path: str, headers: dict[str, str], timeout: float = 2.0) -> int | None:
+    host, port = _split_url(url)
+    if url.startswith("https"):
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            host, port, timeout=timeout, context=ssl._create_unverified_context())
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+class Launcher:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.data = Path(args.data).resolve()
+        self.config_path = self.data / CONFIG_NAME
+        self.stopping = 0  # the signal that asked us to stop
+        self.children: list[Child] = []
+        self.gateway: Child | None = None
+        self.cfg: dict[str, Any] = {}
+
+    def say(self, msg: str) -> None:
+        print(f"zonegate dev: {msg}", flush=True)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.stopping = signum
+
+    # -- setup
+    def prepare(self) -> None:
+        a = self.args
+        self.data.mkdir(parents=True, exist_ok=True)
+        if self.config_path.exists():
+            with open(self.config_path, "rb") as f:
+                self.cfg = tomllib.load(f)
+            n = len(self.cfg.get("nodes", []))
+            self.say(f"reusing {self.config_path} ({n} nodes)")
+            if a.nodes is not None and n != a.nodes:
+                self.say(f"ignoring --nodes {a.nodes}: the cluster was created with {n}")
+            for note in refresh_config(self.cfg, a.host, a.port):
+                self.say(note)
+        else:
+            self.cfg = new_config(self.data, a.nodes or 12, a.host, a.port)
+            self.say(f"new cluster: wrote {self.config_path}")
+        if not _port_free(a.host, a.port):
+            raise OSError(f"port {a.port} on {a.host} is in use (choose another with --port)")
+        write_config(self.config_path, self.cfg)
+        geometry = Geometry(nr_zones=a.zones, zone_size=a.zone_size, zone_capacity=a.zone_size)
+        made = ensure_drives(self.cfg, geometry)
+        if made:
+            self.say(f"created {made} emulated zoned drives ({a.zones} zones of "
+                     f"{a.zone_size // MiB} MiB each, sparse)")
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        for k, v in MALLOC_ENV.items():
+            self.env.setdefault(k, v)
+        exe = [sys.executable, "-m", "gateway.cli"]
+        logs = self.data / "logs"
+        for node in self.cfg["nodes"]:
+            self.children.append(Child(node["id"], exe + [
+                "node", "--config", str(self.config_path), "--id", node["id"]],
+                logs / f"{node['id']}.log"))
+        serve = exe + ["serve", "--config", str(self.config_path), "--workers", str(a.workers)]
+        self.cert = None
+        if a.tls:
+            from gateway.tls import ensure_self_signed
+            self.cert, key = ensure_self_signed(self.data / "tls")
+            serve += ["--tls-cert", str(self.cert), "--tls-key", str(key)]
+        self.gateway = Child("gateway", serve, logs / "gateway.log")
+
+    @property
+    def endpoint(self) -> str:
+        return f"{'https' if self.args.tls else 'http'}://{self.args.host}:{self.args.port}"
+
+    # -- readiness
+    def _node_ready(self, node: dict[str, Any]) -> bool:
+        headers = sign_headers(self.cfg["secret"], "GET", "/health/ready")
+        return _http_status(node["url"], "/health/ready", headers) == 200
+
+    def _wait(self, what: str, children: list[Child], ready: Any) -> bool:
+        deadline = time.monotonic() + self.args.start_timeout
+        pending = list(children)
+        while pending:
+            if self.stopping:
+                return False
+            for c in list(pending):
+                if not c.alive():
+                    self.say(f"{c.name} exited during start (code {c.proc.returncode}); "
+                             f"last lines of {c.log}:\n{c.tail()}")
+                    return False
+                if ready(c):
+                    pending.remove(c)
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(c.name for c in pending)
+                self.say(f"timed out waiting for {what}: {names} (logs in {self.data / 'logs'})")
+                for c in pending[:2]:
+                    self.say(f"last lines of {c.log}:\n{c.tail()}")
+                return False
+            if pending:
+                time.sleep(0.25)
+        return True
+
+    def start(self) -> bool:
+        nodes = {n["id"]: n for n in self.cfg["nodes"]}
+        for c in self.children:
+            c.spawn(self.env)
+        self.say(f"started {len(self.children)} node daemons, waiting for them")
+        if not self._wait("nodes", self.children, lambda c: self._node_ready(nodes[c.name])):
+            return False
+        assert self.gateway is not None
+        self.gateway.spawn(self.env)
+        return self._wait("the gateway", [self.gateway],
+                          lambda c: _http_status(self.endpoint, "/", {}) is not None)
+
+    def banner(self) -> None:
+        root = next(u for u in self.cfg["users"] if u.get("name") == ROOT_USER)
+        ak, sk = root["access_key"], root["secret_key"]
+        region = self.cfg.get("gateway", {}).get("region", "us-east-1")
+        verify = f" --ca-bundle {self.cert}" if self.cert else ""
+        lines = [
+            f"{READY_BANNER}: {len(self.children)} nodes, gateway pid {self.gateway.proc.pid}",
+            f"  endpoint:    {self.endpoint}",
+            f"  access key:  {ak}",
+            f"  secret key:  {sk}",
+            f"  region:      {region}",
+            f"  data:        {self.data}   (config {self.config_path})",
+            f"  logs:        {self.data / 'logs'}",
+        ]
+        if self.cert:
+            lines.append(f"  certificate: {self.cert}   (self-signed; trust it by path)")
+        lines += [
+            "  try:",
+            f"    AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION={region} \\",
+            f"      aws --endpoint-url {self.endpoint}{verify} s3 ls",
+            "  Ctrl-C stops the cluster.",
+        ]
+        print("\n".join(lines), flush=True)
+
+    # -- supervision
+    def supervise(self) -> None:
+        assert self.gateway is not None
+        while not self.stopping:
+            time.sleep(0.25)
+            for c in [*self.children, self.gateway]:
+                if c.alive() or c.gave_up or self.stopping:
+                    continue
+                code = c.proc.returncode
+                now = time.monotonic()
+                recent = [t for t in c.starts if now - t < 60]
+                if len(recent) >= RESTARTS_PER_MINUTE:
+                    c.gave_up = True
+                    self.say(f"{c.name} exited (code {code}) {len(recent)} times in a minute; "
+                             f"not restarting it. Last lines of {c.log}:\n{c.tail()}")
+                    continue
+                self.say(f"{c.name} exited (code {code}); restarting it (log {c.log})")
+                c.spawn(self.env)
+
+    def _stop(self, group: list[Child]) -> None:
+        live = [c for c in group if c.alive()]
+        for c in live:
+            c.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.args.grace
+        while any(c.alive() for c in live) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for c in live:
+            if c.alive():
+                self.say(f"{c.name} did not stop within {self.args.grace:g}s: SIGKILL")
+        for c in group:
+            # Also reaps anything the child left in its group (e.g. worker processes).
+            c.signal_group(signal.SIGKILL)
+            if c.proc is not None:
+                c.proc.wait()
+
+    def stop(self) -> None:
+        # The gateway first so that no request is cut off by a node going away under it.
+        if self.gateway is not None:
+            self._stop([self.gateway])
+        self._stop(self.children)
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    launcher = Launcher(args)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, launcher._on_signal)
+    launcher.prepare()
+    try:
+        ok = launcher.start()
+        if ok and not launcher.stopping:
+            launcher.banner()
+            launcher.supervise()
+    finally:
+        if launcher.stopping:
+            launcher.say(f"stopping ({signal.Signals(launcher.stopping).name})")
+        # Further Ctrl-Cs must not interrupt the orderly stop.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        launcher.stop()
+        launcher.say("stopped")
+    return 0 if ok else 1

@@ -1,0 +1,23 @@
+"""Gateway metadata: the store interface and its SQLite (WAL) implementation."""
+
+from gateway.metadata.sqlite import SqliteStore
+from gateway.metadata.store import (
+    BucketRecord,
+    ListPage,
+    MetadataStore,
+    ObjectRecord,
+    OrphanEntry,
+    PartRecord,
+    UploadRecord,
+)
+
+
+def open_store(path: str) -> MetadataStore:
+    """Open the metadata store named by the gateway config (SQLite today)."""
+    return SqliteStore(path)
+
+
+__all__ = [
+    "BucketRecord", "ListPage", "MetadataStore", "ObjectRecord", "OrphanEntry", "PartRecord",
+    "SqliteStore", "UploadRecord", "open_store",
+]

@@ -1,0 +1,431 @@
+"""SQLite (WAL) metadata store: one file shared by every gateway worker process on a host.
+
+Keys are stored as BLOBs of their UTF-8 bytes so ORDER BY is S3's binary order and prefix
+ranges are plain byte ranges. The schema is versioned: MIGRATIONS[i] upgrades version i to i+1,
+applied in one transaction at open.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway.metadata.store import (
+    BucketNotEmptyError,
+    BucketRecord,
+    ListPage,
+    MetadataStore,
+    ObjectRecord,
+    OrphanEntry,
+    PartRecord,
+    UploadRecord,
+)
+
+MIGRATIONS: list[str] = [
+    # 0 -> 1
+    """
+    CREATE TABLE buckets (name TEXT PRIMARY KEY, owner TEXT NOT NULL, created REAL NOT NULL,
+                          region TEXT NOT NULL);
+    CREATE TABLE objects (bucket TEXT NOT NULL, key BLOB NOT NULL, size INTEGER NOT NULL,
+                          etag TEXT NOT NULL, last_modified REAL NOT NULL, owner TEXT NOT NULL,
+                          version TEXT NOT NULL, headers TEXT NOT NULL, user_meta TEXT NOT NULL,
+                          checksum TEXT NOT NULL, parts TEXT NOT NULL, manifest TEXT,
+                          PRIMARY KEY (bucket, key)) WITHOUT ROWID;
+    CREATE TABLE uploads (upload_id TEXT PRIMARY KEY, bucket TEXT NOT NULL, key BLOB NOT NULL,
+                          owner TEXT NOT NULL, initiated REAL NOT NULL, headers TEXT NOT NULL,
+                          user_meta TEXT NOT NULL, checksum_algorithm TEXT NOT NULL,
+                          checksum_type TEXT NOT NULL);
+    CREATE INDEX uploads_by_key ON uploads (bucket, key, upload_id);
+    CREATE TABLE parts (upload_id TEXT NOT NULL, number INTEGER NOT NULL, size INTEGER NOT NULL,
+                        etag TEXT NOT NULL, last_modified REAL NOT NULL, layout TEXT NOT NULL,
+                        checksum TEXT NOT NULL, PRIMARY KEY (upload_id, number)) WITHOUT ROWID;
+    CREATE TABLE orphans (id INTEGER PRIMARY KEY AUTOINCREMENT, layout TEXT NOT NULL,
+                          due REAL NOT NULL);
+    CREATE INDEX orphans_due ON orphans (due);
+    """,
+]
+
+
+def _k(key: str) -> bytes:
+    return key.encode("utf-8", "surrogatepass")
+
+
+def _s(key: bytes) -> str:
+    return bytes(key).decode("utf-8", "surrogatepass")
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """Smallest byte string greater than every string starting with prefix (None: no bound)."""
+    p = bytearray(prefix)
+    while p:
+        if p[-1] < 0xFF:
+            p[-1] += 1
+            return bytes(p)
+        p.pop()
+    return None
+
+
+class SqliteStore(MetadataStore):
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        # One connection per thread: the store is called from the event loop thread, and
+        # sometimes from worker threads (recovery, sweeps).
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._migrate()
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
+                                check_same_thread=False)
+            c.execute("PRAGMA journal_mode=WAL")
+            c.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoint,
+            c.execute("PRAGMA busy_timeout=30000")  # consistent after any crash
+            self._local.conn = c
+            with self._lock:
+                self._conns.append(c)
+        return c
+
+    class _Tx:
+        def __init__(self, c: sqlite3.Connection) -> None:
+            self.c = c
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.c.execute("BEGIN IMMEDIATE")
+            return self.c
+
+        def __exit__(self, et: Any, *_: Any) -> None:
+            self.c.execute("COMMIT" if et is None else "ROLLBACK")
+
+    def _tx(self) -> _Tx:
+        return self._Tx(self._conn())
+
+    def _migrate(self) -> None:
+        c = self._conn()
+        with self._tx():
+            c.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = c.execute("SELECT version FROM schema_version").fetchone()
+            version = row[0] if row else 0
+            if row is None:
+                c.execute("INSERT INTO schema_version VALUES (0)")
+            if version > len(MIGRATIONS):
+                raise ValueError(f"metadata store {self.path} has schema version {version}, "
+                                 f"newer than this gateway ({len(MIGRATIONS)})")
+            for v in range(version, len(MIGRATIONS)):
+                for stmt in MIGRATIONS[v].split(";"):
+                    if stmt.strip():
+                        c.execute(stmt)
+            c.execute("UPDATE schema_version SET version=?", (len(MIGRATIONS),))
+
+    def schema_version(self) -> int:
+        return self._conn().execute("SELECT version FROM schema_version").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            for c in self._conns:
+                try:
+                    c.close()
+                except sqlite3.Error:
+                    pass
+            self._conns.clear()
+        self._local = threading.local()
+
+    # -- buckets --------------------------------------------------------------------------
+    def create_bucket(self, rec: BucketRecord) -> BucketRecord | None:
+        with self._tx() as c:
+            existing = self._bucket(c, rec.name)
+            if existing:
+                return existing
+            c.execute("INSERT INTO buckets VALUES (?,?,?,?)",
+                      (rec.name, rec.owner, rec.created, rec.region))
+        return None
+
+    @staticmethod
+    def _bucket(c: sqlite3.Connection, name: str) -> BucketRecord | None:
+        row = c.execute("SELECT name, owner, created, region FROM buckets WHERE name=?",
+                        (name,)).fetchone()
+        return BucketRecord(*row) if row else None
+
+    def get_bucket(self, name: str) -> BucketRecord | None:
+        return self._bucket(self._conn(), name)
+
+    def list_buckets(self, owner: str | None = None) -> list[BucketRecord]:
+        q = "SELECT name, owner, created, region FROM buckets"
+        args: tuple = ()
+        if owner is not None:
+            q += " WHERE owner=?"
+            args = (owner,)
+        return [BucketRecord(*r) for r in self._conn().execute(q + " ORDER BY name", args)]
+
+    def delete_bucket(self, name: str) -> bool:
+        with self._tx() as c:
+            if c.execute("SELECT 1 FROM objects WHERE bucket=? LIMIT 1", (name,)).fetchone() or \
+               c.execute("SELECT 1 FROM uploads WHERE bucket=? LIMIT 1", (name,)).fetchone():
+                raise BucketNotEmptyError(name)
+            return c.execute("DELETE FROM buckets WHERE name=?", (name,)).rowcount > 0
+
+    # -- objects --------------------------------------------------------------------------
+    _OBJ_COLS = ("bucket, key, size, etag, last_modified, owner, version, headers, user_meta, "
+                 "checksum, parts, manifest")
+
+    @staticmethod
+    def _obj(row: tuple) -> ObjectRecord:
+        return ObjectRecord(
+            bucket=row[0], key=_s(row[1]), size=row[2], etag=row[3], last_modified=row[4],
+            owner=row[5], version=row[6], headers=json.loads(row[7]),
+            user_meta=json.loads(row[8]), checksum=json.loads(row[9]), parts=json.loads(row[10]),
+            manifest=json.loads(row[11]) if row[11] else None)
+
+    def _get_obj(self, c: sqlite3.Connection, bucket: str, key: str) -> ObjectRecord | None:
+        row = c.execute(f"SELECT {self._OBJ_COLS} FROM objects WHERE bucket=? AND key=?",
+                        (bucket, _k(key))).fetchone()
+        return self._obj(row) if row else None
+
+    def get_object(self, bucket: str, key: str) -> ObjectRecord | None:
+        return self._get_obj(self._conn(), bucket, key)
+
+    def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
+                   if_absent: bool = False, upload_id: str | None = None) -> ObjectRecord | None:
+        now = time.time()
+        with self._tx() as c:
+            old = self._get_obj(c, rec.bucket, rec.key)
+            if if_absent and old is not None:
+                return old
+            if if_version is not None and (old is None or old.version != if_version):
+                return old or ObjectRecord(rec.bucket, rec.key, 0, "", 0, "", "")
+            c.execute(f"INSERT OR REPLACE INTO objects ({self._OBJ_COLS}) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                      (rec.bucket, _k(rec.key), rec.size, rec.etag, rec.last_modified, rec.owner,
+                       rec.version, json.dumps(rec.headers), json.dumps(rec.user_meta),
+                       json.dumps(rec.checksum), json.dumps(rec.parts),
+                       json.dumps(rec.manifest) if rec.manifest else None))
+            keep = {json.dumps(lay, sort_keys=True) for lay in rec.layouts()}
+            freed: list[dict] = []
+            if old is not None:
+                freed += [lay for lay in old.layouts()
+                          if json.dumps(lay, sort_keys=True) not in keep]
+            if upload_id is not None:
+                for (lay,) in c.execute("SELECT layout FROM parts WHERE upload_id=?",
+                                        (upload_id,)).fetchall():
+                    d = json.loads(lay)
+                    if json.dumps(d, sort_keys=True) not in keep:
+                        freed.append(d)
+                c.execute("DELETE FROM parts WHERE upload_id=?", (upload_id,))
+                c.execute("DELETE FROM uploads WHERE upload_id=?", (upload_id,))
+            self._queue(c, freed, now)
+        return None
+
+    def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
+        with self._tx() as c:
+            old = self._get_obj(c, bucket, key)
+            if old is not None:
+                c.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, _k(key)))
+                self._queue(c, old.layouts(), time.time())
+            return old
+
+    def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
+                     limit: int) -> ListPage:
+        """Walk keys > after under prefix; keys holding the delimiter after the prefix roll up
+        into one common prefix each, and both count toward limit (as in S3)."""
+        c = self._conn()
+        bp, bd = _k(prefix), _k(delimiter)
+        end = prefix_end(bp) if bp else None
+        lower, inclusive = bp, True
+        ba = _k(after)
+        if ba and ba >= bp:
+            lower, inclusive = ba, False
+            if bd:
+                # A marker inside a rolled-up prefix: that prefix was already returned.
+                i = ba.find(bd, len(bp))
+                if i >= 0:
+                    nxt = prefix_end(ba[:i + len(bd)])
+                    if nxt is None:
+                        return ListPage([], [], False, None)
+                    lower, inclusive = nxt, True
+        items: list[Any] = []
+        prefixes: list[str] = []
+        count = 0
+        truncated = False
+        last: str | None = None
+        while True:
+            # Batches keep each query short; rollups jump the cursor past a whole prefix.
+            cond = "key >= ?" if inclusive else "key > ?"
+            q = f"SELECT {self._OBJ_COLS} FROM objects WHERE bucket=? AND {cond}"
+            args: list[Any] = [bucket, lower]
+            if end is not None:
+                q += " AND key < ?"
+                args.append(end)
+            q += " ORDER BY key LIMIT 1000"
+            rows = c.execute(q, args).fetchall()
+            if not rows:
+                break
+            jumped = False
+            for row in rows:
+                kb: bytes = bytes(row[1])
+                if count >= limit:
+                    truncated = True
+                    break
+                if bd:
+                    i = kb.find(bd, len(bp))
+                    if i >= 0:
+                        cp = kb[:i + len(bd)]
+                        prefixes.append(_s(cp))
+                        count += 1
+                        last = _s(cp)
+                        nxt = prefix_end(cp)
+                        if nxt is None:
+                            return ListPage(items, prefixes, False, None)
+                        lower, inclusive, jumped = nxt, True, True
+                        break
+                items.append(self._obj(row))
+                count += 1
+                last = _s(kb)
+                lower, inclusive = kb, False
+            if truncated:
+                break
+            if not jumped and len(rows) < 1000:
+                break
+        if limit == 0:
+            truncated = False
+        return ListPage(items, prefixes, truncated, last if truncated else None)
+
+    # -- uploads --------------------------------------------------------------------------
+    _UP_COLS = ("upload_id, bucket, key, owner, initiated, headers, user_meta, "
+                "checksum_algorithm, checksum_type")
+
+    @staticmethod
+    def _up(row: tuple) -> UploadRecord:
+        return UploadRecord(row[0], row[1], _s(row[2]), row[3], row[4], json.loads(row[5]),
+                            json.loads(row[6]), row[7], row[8])
+
+    def create_upload(self, rec: UploadRecord) -> None:
+        with self._tx() as c:
+            c.execute(f"INSERT INTO uploads ({self._UP_COLS}) VALUES (?,?,?,?,?,?,?,?,?)",
+                      (rec.upload_id, rec.bucket, _k(rec.key), rec.owner, rec.initiated,
+                       json.dumps(rec.headers), json.dumps(rec.user_meta),
+                       rec.checksum_algorithm, rec.checksum_type))
+
+    def get_upload(self, upload_id: str) -> UploadRecord | None:
+        row = self._conn().execute(f"SELECT {self._UP_COLS} FROM uploads WHERE upload_id=?",
+                                   (upload_id,)).fetchone()
+        return self._up(row) if row else None
+
+    def put_part(self, part: PartRecord) -> bool:
+        with self._tx() as c:
+            if not c.execute("SELECT 1 FROM uploads WHERE upload_id=?",
+                             (part.upload_id,)).fetchone():
+                return False
+            old = c.execute("SELECT layout FROM parts WHERE upload_id=? AND number=?",
+                            (part.upload_id, part.number)).fetchone()
+            if old:
+                self._queue(c, [json.loads(old[0])], time.time())
+            c.execute("INSERT OR REPLACE INTO parts VALUES (?,?,?,?,?,?,?)",
+                      (part.upload_id, part.number, part.size, part.etag, part.last_modified,
+                       json.dumps(part.layout), json.dumps(part.checksum)))
+        return True
+
+    def list_parts(self, upload_id: str, after: int = 0, limit: int = 10000) -> list[PartRecord]:
+        rows = self._conn().execute(
+            "SELECT upload_id, number, size, etag, last_modified, layout, checksum FROM parts "
+            "WHERE upload_id=? AND number>? ORDER BY number LIMIT ?", (upload_id, after, limit))
+        return [PartRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
+                for r in rows]
+
+    def abort_upload(self, upload_id: str) -> bool:
+        with self._tx() as c:
+            lays = [json.loads(r[0]) for r in
+                    c.execute("SELECT layout FROM parts WHERE upload_id=?", (upload_id,))]
+            c.execute("DELETE FROM parts WHERE upload_id=?", (upload_id,))
+            gone = c.execute("DELETE FROM uploads WHERE upload_id=?", (upload_id,)).rowcount > 0
+            self._queue(c, lays, time.time())
+        return gone
+
+    def list_uploads(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+                     upload_id_marker: str, limit: int) -> ListPage:
+        c = self._conn()
+        bp, bd = _k(prefix), _k(delimiter)
+        q = f"SELECT {self._UP_COLS} FROM uploads WHERE bucket=?"
+        args: list[Any] = [bucket]
+        if key_marker:
+            if upload_id_marker:
+                q += " AND (key > ? OR (key = ? AND upload_id > ?))"
+                args += [_k(key_marker), _k(key_marker), upload_id_marker]
+            else:
+                q += " AND key > ?"
+                args.append(_k(key_marker))
+        if bp:
+            q += " AND key >= ?"
+            args.append(bp)
+            end = prefix_end(bp)
+            if end is not None:
+                q += " AND key < ?"
+                args.append(end)
+        # Sorted by key, then initiation time, as S3 lists uploads.
+        q += " ORDER BY key, initiated, upload_id"
+        items: list[Any] = []
+        prefixes: list[str] = []
+        truncated = False
+        last: str | None = None
+        for row in c.execute(q, args):
+            kb = bytes(row[2])
+            cp = None
+            if bd:
+                i = kb.find(bd, len(bp))
+                if i >= 0:
+                    cp = _s(kb[:i + len(bd)])
+            if cp is not None and prefixes and prefixes[-1] == cp:
+                continue
+            if len(items) + len(prefixes) >= limit:
+                truncated = True
+                break
+            if cp is not None:
+                prefixes.append(cp)
+                last = cp
+            else:
+                items.append(self._up(row))
+                last = _s(kb)
+        return ListPage(items, prefixes, truncated, last if truncated else None)
+
+    def stale_uploads(self, older_than: float) -> list[str]:
+        return [r[0] for r in self._conn().execute(
+            "SELECT upload_id FROM uploads WHERE initiated < ?", (older_than,))]
+
+    # -- orphan queue ---------------------------------------------------------------------
+    @staticmethod
+    def _queue(c: sqlite3.Connection, layouts: list[dict], due: float) -> list[int]:
+        ids = []
+        for lay in layouts:
+            cur = c.execute("INSERT INTO orphans (layout, due) VALUES (?, ?)",
+                            (json.dumps(lay), due))
+            ids.append(int(cur.lastrowid or 0))
+        return ids
+
+    def queue_orphans(self, layouts: list[dict[str, Any]], delay: float = 0.0) -> list[int]:
+        with self._tx() as c:
+            return self._queue(c, layouts, time.time() + delay)
+
+    def claim_orphans(self, limit: int = 100, lease: float = 300.0) -> list[OrphanEntry]:
+        now = time.time()
+        with self._tx() as c:
+            rows = c.execute("SELECT id, layout FROM orphans WHERE due <= ? ORDER BY due LIMIT ?",
+                             (now, limit)).fetchall()
+            c.executemany("UPDATE orphans SET due=? WHERE id=?", [(now + lease, r[0]) for r in rows])
+        return [OrphanEntry(r[0], json.loads(r[1])) for r in rows]
+
+    def done_orphans(self, ids: list[int]) -> None:
+        if not ids:
+            return
+        with self._tx() as c:
+            c.executemany("DELETE FROM orphans WHERE id=?", [(i,) for i in ids])
+
+    def orphan_count(self) -> int:
+        return self._conn().execute("SELECT COUNT(*) FROM orphans").fetchone()[0]

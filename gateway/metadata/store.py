@@ -1,0 +1,166 @@
+"""The metadata store interface: buckets, objects, multipart uploads, parts, orphan queue.
+
+Keys are handled as UTF-8 bytes so that every implementation lists in S3's binary order.
+Part layouts are opaque JSON-able dicts (erasure.PartLayout serialised); the store never
+interprets them. Methods are synchronous and each one is a short transaction: the SQLite
+implementation answers in microseconds, and a shared SQL backend can wrap them in a pool.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class BucketRecord:
+    name: str
+    owner: str
+    created: float
+    region: str = "us-east-1"
+
+
+@dataclass
+class ObjectRecord:
+    bucket: str
+    key: str
+    size: int
+    etag: str                      # hex, no quotes; multipart: "<hex>-N"
+    last_modified: float
+    owner: str
+    version: str                   # uuid of the write that made it (its part uids start with it)
+    headers: dict[str, str] = field(default_factory=dict)     # Content-Type, Cache-Control, ...
+    user_meta: dict[str, str] = field(default_factory=dict)   # x-amz-meta-* without the prefix
+    checksum: dict[str, str] = field(default_factory=dict)    # {"algorithm","value","type"}
+    # Each part: {"number", "size", "etag", "layout", optional "checksum"}; in object order.
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    manifest: dict[str, Any] | None = None  # layout of the multipart manifest part, if any
+
+    def layouts(self) -> list[dict[str, Any]]:
+        out = [p["layout"] for p in self.parts if p.get("layout")]
+        if self.manifest:
+            out.append(self.manifest)
+        return out
+
+
+@dataclass
+class UploadRecord:
+    upload_id: str
+    bucket: str
+    key: str
+    owner: str
+    initiated: float
+    headers: dict[str, str] = field(default_factory=dict)
+    user_meta: dict[str, str] = field(default_factory=dict)
+    checksum_algorithm: str = ""   # "" or CRC32/CRC32C/CRC64NVME/SHA1/SHA256
+    checksum_type: str = ""        # "" or COMPOSITE / FULL_OBJECT
+
+
+@dataclass
+class PartRecord:
+    upload_id: str
+    number: int
+    size: int
+    etag: str
+    last_modified: float
+    layout: dict[str, Any]
+    checksum: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class OrphanEntry:
+    id: int
+    layout: dict[str, Any]
+
+
+@dataclass
+class ListPage:
+    """One page of a listing: objects (or uploads), common prefixes and the truncation state."""
+
+    items: list[Any]
+    prefixes: list[str]
+    truncated: bool
+    next_marker: str | None        # last key (or prefix) returned, when truncated
+
+
+class BucketNotEmptyError(Exception):
+    pass
+
+
+class MetadataStore(abc.ABC):
+    """What the S3 operations need from metadata. Old layouts freed by a call are queued in the
+    orphan queue inside the same transaction, so a crash never loses track of them."""
+
+    # buckets
+    @abc.abstractmethod
+    def create_bucket(self, rec: BucketRecord) -> BucketRecord | None:
+        """Insert; return the existing record instead if the name is taken."""
+
+    @abc.abstractmethod
+    def get_bucket(self, name: str) -> BucketRecord | None: ...
+
+    @abc.abstractmethod
+    def list_buckets(self, owner: str | None = None) -> list[BucketRecord]: ...
+
+    @abc.abstractmethod
+    def delete_bucket(self, name: str) -> bool:
+        """Raise BucketNotEmptyError if objects or uploads remain."""
+
+    # objects
+    @abc.abstractmethod
+    def get_object(self, bucket: str, key: str) -> ObjectRecord | None: ...
+
+    @abc.abstractmethod
+    def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
+                   if_absent: bool = False, upload_id: str | None = None) -> ObjectRecord | None:
+        """Commit rec, queueing the replaced object's layouts (and, with upload_id, the upload's
+        parts not used by rec) for deletion. With if_absent / if_version the commit only happens
+        if the key is absent / still has that version: returns the current record on conflict,
+        None on success."""
+
+    @abc.abstractmethod
+    def delete_object(self, bucket: str, key: str) -> ObjectRecord | None: ...
+
+    @abc.abstractmethod
+    def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
+                     limit: int) -> ListPage: ...
+
+    # uploads
+    @abc.abstractmethod
+    def create_upload(self, rec: UploadRecord) -> None: ...
+
+    @abc.abstractmethod
+    def get_upload(self, upload_id: str) -> UploadRecord | None: ...
+
+    @abc.abstractmethod
+    def put_part(self, part: PartRecord) -> bool:
+        """Store a part (replacing the same number, queueing its old layout). False if the upload
+        no longer exists (then the caller frees the new layout)."""
+
+    @abc.abstractmethod
+    def list_parts(self, upload_id: str, after: int = 0, limit: int = 10000) -> list[PartRecord]: ...
+
+    @abc.abstractmethod
+    def abort_upload(self, upload_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    def list_uploads(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+                     upload_id_marker: str, limit: int) -> ListPage: ...
+
+    @abc.abstractmethod
+    def stale_uploads(self, older_than: float) -> list[str]: ...
+
+    # orphan fragments
+    @abc.abstractmethod
+    def queue_orphans(self, layouts: list[dict[str, Any]], delay: float = 0.0) -> list[int]: ...
+
+    @abc.abstractmethod
+    def claim_orphans(self, limit: int = 100, lease: float = 300.0) -> list[OrphanEntry]:
+        """Due entries, leased for `lease` seconds so concurrent sweepers skip them."""
+
+    @abc.abstractmethod
+    def done_orphans(self, ids: list[int]) -> None: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...

@@ -1,0 +1,188 @@
+"""The write scheduler: one `ZoneWriter` per open zone turns many small appends into large,
+block-aligned writes at the write pointer, with group commit.
+
+Appends go into an in-memory buffer that starts at the zone's write pointer. One flusher task
+per zone writes it out — only ever one write in flight per zone. A flush driven by buffer size
+writes whole blocks and keeps the tail; a flush for a waiter (a put that must be durable) pads
+the last block with zeros and syncs the zone. Everything that arrives while a write+sync is in
+flight shares the next one: many concurrent small puts pay for a single fdatasync. Index
+updates for the records of a flush are applied, in one SQLite transaction, after the sync and
+before the waiters wake, so a put that returned is both durable and visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from zonestore.index import Entry
+
+if TYPE_CHECKING:
+    from zonestore.zonelog import ZoneLog
+
+
+class ZoneWriter:
+    def __init__(self, log: ZoneLog, zone: int, wp: int, end: int, *, gc: bool = False) -> None:
+        self.log = log
+        self.zone = zone
+        self.gc = gc
+        self.start = wp  # absolute device offset of buf[0] (= device WP once writes land)
+        self.end = end  # absolute end of the zone's capacity
+        self.buf = bytearray()
+        self.synced = wp
+        self.users = 0  # puts currently appending here (an idle writer may be retired)
+        self.closing = False
+        self.finished = asyncio.Event()
+        self.error: BaseException | None = None
+        self._ops: list[tuple[int, Entry, Callable[[bool], None] | None]] = []
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._wake = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"zone-{zone}")
+
+    # ------------------------------------------------------------------ appends
+
+    @property
+    def tail(self) -> int:
+        return self.start + len(self.buf)
+
+    @property
+    def remaining(self) -> int:
+        return 0 if self.closing else self.end - self.tail
+
+    @property
+    def fill(self) -> float:
+        return (self.tail - self.zone * self.log.zone_size) / self.log.zone_capacity
+
+    def append(self, *parts: bytes | bytearray | memoryview) -> int:
+        """Append one record (header, payload...) and return its device offset. The caller
+        checked `remaining`; nothing awaits between the check and this call."""
+        if self.error is not None:
+            raise self.error
+        off = self.tail
+        for p in parts:
+            self.buf += p
+        if self.tail > self.end:
+            raise AssertionError("append past the zone's capacity")
+        if len(self.buf) >= self.log.flush_size:
+            self._wake.set()
+            if len(self.buf) >= self.log.max_buffer:
+                self._room.clear()
+        return off
+
+    def add_op(self, end: int, entry: Entry, done: Callable[[bool], None] | None = None) -> None:
+        """Apply `entry` to the index once the bytes up to `end` are durable."""
+        self._ops.append((end, entry, done))
+
+    async def wait_room(self) -> None:
+        """Backpressure for streamed puts: bounded buffer per zone."""
+        await self._room.wait()
+
+    async def wait_durable(self, end: int) -> None:
+        if self.synced >= end and not any(e <= end for e, _, _ in self._ops):
+            return
+        if self.error is not None:
+            raise self.error
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((end, fut))
+        self._wake.set()
+        await fut
+
+    def retire(self) -> None:
+        """Flush what is buffered, then FINISH the zone and free its slot."""
+        self.closing = True
+        self._wake.set()
+
+    # ------------------------------------------------------------------ flusher
+
+    async def _run(self) -> None:
+        log = self.log
+        bs = log.block_size
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while True:
+                    want_sync = bool(self._waiters) or bool(self._ops) or self.closing
+                    if want_sync and self.buf:
+                        pad = -len(self.buf) % bs
+                        if pad:
+                            self.buf += bytes(pad)
+                        data, self.buf = self.buf, bytearray()
+                    elif len(self.buf) >= max(bs, log.flush_size):
+                        n = len(self.buf) - len(self.buf) % bs
+                        data, self.buf = self.buf, bytearray(self.buf[n:])
+                        del data[n:]
+                    else:
+                        data = None
+                    self._room.set()
+                    off = self.start
+                    if data is not None:
+                        self.start += len(data)
+                    sync = want_sync and self.synced < self.start
+                    if data is not None or sync:
+                        await asyncio.to_thread(log.device_write, self.zone, off, data, sync)
+                        log.note_write(self.zone, self.start, len(data) if data else 0)
+                    if sync:
+                        self.synced = self.start
+                    if want_sync:
+                        self._publish()
+                    if not self.buf or (len(self.buf) < log.flush_size and not self._waiters
+                                        and not self._ops and not self.closing):
+                        break
+                if self.closing and not self.buf and not self._ops and not self._waiters:
+                    await asyncio.to_thread(log.finish_zone, self.zone, self.synced)
+                    break
+        except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
+            self.error = exc if isinstance(exc, Exception) else RuntimeError("writer stopped")
+            self.closing = True
+            for _, fut in self._waiters:
+                if not fut.done():
+                    fut.set_exception(self.error)
+            self._waiters.clear()
+            for _, _, done in self._ops:
+                if done:
+                    done(False)
+            self._ops.clear()
+            self._room.set()
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self.finished.set()
+            self.log.writer_gone(self)
+
+    def _publish(self) -> None:
+        """Index what is durable now, then wake the puts waiting for it."""
+        ready = [op for op in self._ops if op[0] <= self.synced]
+        self._ops = [op for op in self._ops if op[0] > self.synced]
+        results = self.log.index_flush(self.zone, self.synced, [e for _, e, _ in ready])
+        for (_, _, done), won in zip(ready, results, strict=True):
+            if done:
+                done(won)
+        waiting = []
+        for end, fut in self._waiters:
+            if end <= self.synced:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                waiting.append((end, fut))
+        self._waiters = waiting
+
+    async def stop(self) -> None:
+        """Flush and close (not finish) at log close."""
+        self._wake.set()
+        if self._waiters or self._ops or self.buf:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append((self.tail, fut))
+            self._wake.set()
+            try:
+                await fut
+            except Exception:  # noqa: BLE001 - reported by the puts that failed
+                pass
+        self._task.cancel()
+        try:
+            await self._task
+        except (asyncio.CancelledError, Exception):
+            pass

@@ -1,0 +1,670 @@
+"""The zone log: a store of records (id -> bytes + metadata blob) on one zoned device.
+
+Records are appended, self-describing (record.py), to one open zone per stream hint so that
+data that dies together lives together (lifetime grouping); the write scheduler (scheduler.py)
+turns appends into large block-aligned writes with group commit; the index (index.py) maps ids
+to extents and is rebuilt or caught up from the zones on open (fsck.py); reclaim (reclaim.py)
+resets dead zones and copies the live records out of zones with garbage.
+
+Zone budget: at most min(max open, max active) - 1 zones take puts at once (one is held back
+for reclaim); 0 = unlimited on the device becomes `max_open` (default 16). When a new stream
+needs a zone at the limit, the fullest idle writer's zone is FINISHED; if every writer is busy,
+the stream shares the least busy one. Partly written zones found on open are resumed.
+Conventional zones are not used: the index lives in SQLite beside the drive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zonestore.device import ZoneCondition, ZonedDevice, count_conditions
+from zonestore.errors import CorruptRecord, InvalidRange, NoSpace, RecordNotFound
+from zonestore.ids import validate_record_id
+from zonestore.index import REC, TOMB, Entry, Index
+from zonestore.record import (
+    FLAG_INLINE,
+    INLINE_MAX,
+    MAX_CHUNK,
+    MAX_META,
+    Extent,
+    RecordType,
+    crc32c,
+    crc32c_combine,
+    encode_commit,
+    encode_header,
+    encode_record,
+    header_size,
+    inline_data_offset,
+)
+from zonestore.scheduler import ZoneWriter
+
+__all__ = ["ZoneLog", "RecordInfo", "LogStats", "RecordNotFound", "CorruptRecord", "NoSpace",
+           "InvalidRange"]
+
+MiB = 1024 * 1024
+TOMBSTONE_STREAM = "\x00tombstones"  # tombstones share their own zone (not a valid stream name)
+MIN_SPLIT = 4096  # a chunk is split across zones only if at least this much still fits
+
+
+@dataclass(frozen=True)
+class RecordInfo:
+    id: str
+    length: int
+    meta: bytes
+    stream: str
+    seq: int
+    crc32c: int
+
+
+@dataclass
+class LogStats:
+    user_bytes_written: int = 0
+    device_bytes_written: int = 0
+    gc_bytes_copied: int = 0
+    zones_by_condition: dict[str, int] = field(default_factory=dict)
+    free_bytes: int = 0
+    used_bytes: int = 0
+    live_bytes: int = 0
+    write_amplification: float = 0.0
+    flushes: int = 0
+    flush_bytes: int = 0
+    records: int = 0
+    crc_failures: int = 0
+    read_errors: int = 0
+    open_zones: int = 0
+    max_open_zones: int = 0
+    max_active_zones: int = 0
+
+
+def _info(e: Entry) -> RecordInfo:
+    return RecordInfo(e.id, e.length, e.meta, e.stream, e.seq, e.crc)
+
+
+class _PutCursor:
+    """The writer a put is appending to, and the chunk ends it left in earlier writers."""
+
+    __slots__ = ("w", "used")
+
+    def __init__(self) -> None:
+        self.w: ZoneWriter | None = None
+        self.used: dict[ZoneWriter, int] = {}
+
+    def release(self) -> None:
+        if self.w is not None:
+            self.w.users -= 1
+            self.w = None
+
+
+class ZoneLog:
+    """See module docstring. Create with `await ZoneLog.open(device, index_path)`."""
+
+    def __init__(self, device: ZonedDevice, index: Index, *, flush_size: int = 4 * MiB,
+                 max_buffer: int = 16 * MiB, chunk_size: int = MAX_CHUNK, max_open: int = 16,
+                 gc_reserve_zones: int = 1, background_reclaim: bool = True,
+                 reclaim_interval: float = 5.0, reclaim_free_threshold: float = 0.2,
+                 reclaim_rate: int = 64 * MiB, reclaim_min_garbage: float = 0.25) -> None:
+        self.device = device
+        self.index = index
+        info = device.info
+        self.zone_size = info.zone_size
+        self.block_size = info.physical_block_size
+        self.flush_size = max(flush_size, self.block_size)
+        self.max_buffer = max(max_buffer, 2 * self.flush_size)
+        if not 0 < chunk_size <= 0xFFFFFFFF:
+            raise ValueError("chunk_size out of range")
+        self.chunk_size = chunk_size
+        self.gc_reserve_zones = gc_reserve_zones
+        self.reclaim_interval = reclaim_interval
+        self.reclaim_free_threshold = reclaim_free_threshold
+        self.reclaim_rate = reclaim_rate
+        self.reclaim_min_garbage = reclaim_min_garbage
+        open_limit = info.max_open_zones or max_open
+        active_limit = info.max_active_zones or 1 << 30
+        self.active_limit = active_limit
+        self.slots = max(1, min(open_limit, active_limit) - 1)  # one held back for reclaim
+        zones = device.report_zones()
+        seq_zones = [z for z in zones if z.is_sequential]
+        self.zone_capacity = seq_zones[0].capacity if seq_zones else 0
+        self.seq_zones = [z.index for z in seq_zones]
+        self._written: dict[int, int] = {}
+        self._empty: set[int] = set()
+        self._full: set[int] = set()
+        self._spares: set[int] = set()
+        self._bad: set[int] = set()
+        self._writers: dict[int, ZoneWriter] = {}
+        self._streams: dict[str, ZoneWriter] = {}
+        self._gc_writer: ZoneWriter | None = None
+        self._alloc_lock = asyncio.Lock()
+        self._reclaim_lock = asyncio.Lock()
+        self._reclaiming: set[int] = set()
+        self.zone_epoch: dict[int, int] = {}
+        self._seq = index.max_seq
+        self._closed = False
+        self._background = background_reclaim
+        self._bg_task: asyncio.Task | None = None
+        self._load_zones(zones)
+
+    # ------------------------------------------------------------------ open / close
+
+    @classmethod
+    async def open(cls, device: ZonedDevice, index_path: str | Path, **tuning: Any) -> ZoneLog:
+        """Open the log on `device`, creating or catching up the index at `index_path` from
+        the zones (the index may lag the device after a crash, or be missing)."""
+        from zonestore.fsck import recover
+
+        info = device.info
+        index = Index(index_path, zone_size=info.zone_size, nr_zones=info.nr_zones)
+        try:
+            await asyncio.to_thread(recover, device, index)
+            log = cls(device, index, **tuning)
+        except BaseException:
+            index.close()
+            raise
+        if log._background:
+            log._bg_task = asyncio.get_running_loop().create_task(log._background_reclaim())
+        return log
+
+    @classmethod
+    async def open_path(cls, path: str | Path, index_path: str | Path | None = None,
+                        **tuning: Any) -> ZoneLog:
+        """Open a drive by path (the log then owns the device and closes it); the index
+        defaults to `<drive>/index.sqlite` for emulated drives."""
+        from zonestore.opener import open_device
+
+        device = await asyncio.to_thread(open_device, path)
+        if index_path is None:
+            if not Path(path).is_dir():
+                device.close()
+                raise ValueError(f"{path}: a block device needs an explicit index path")
+            index_path = Path(path) / "index.sqlite"
+        try:
+            log = await cls.open(device, index_path, **tuning)
+        except BaseException:
+            device.close()
+            raise
+        log._owns_device = True
+        return log
+
+    _owns_device = False
+
+    def _load_zones(self, zones: list) -> None:
+        for z in zones:
+            if not z.is_sequential:
+                continue
+            self._written[z.index] = z.written
+            self.zone_epoch[z.index] = 0
+            if z.cond in (ZoneCondition.OFFLINE, ZoneCondition.READONLY):
+                self._bad.add(z.index)
+            elif z.cond is ZoneCondition.FULL:
+                self._full.add(z.index)
+            elif z.wp == z.start:
+                self._empty.add(z.index)
+            else:
+                self._spares.add(z.index)
+        # Resume partly written zones, but never more than the budget allows.
+        extra = sorted(self._spares, key=lambda i: self._written[i], reverse=True)
+        for i in extra[: max(0, len(self._spares) - self.slots)]:
+            self.device.finish_zone(i)
+            self._spares.discard(i)
+            self._full.add(i)
+
+    async def close(self) -> None:
+        """Flush every buffer, close the open zones and the index. A device passed to `open`
+        stays open (its owner closes it)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._bg_task is not None:
+            self._bg_task.cancel()
+            try:
+                await self._bg_task
+            except (asyncio.CancelledError, Exception):
+                pass
+        async with self._reclaim_lock:
+            for w in list(self._writers.values()):
+                await w.stop()
+        for z, w in list(self._writers.items()):
+            if w.error is None and self._written.get(z, 0) and z not in self._full:
+                try:
+                    self.device.close_zone(z)
+                except OSError:
+                    pass
+        self.index.close()
+        if self._owns_device:
+            await asyncio.to_thread(self.device.close)
+
+    async def __aenter__(self) -> ZoneLog:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("zone log is closed")
+
+    # ------------------------------------------------------------------ hooks for writers
+
+    def device_write(self, zone: int, off: int, data: bytearray | None, sync: bool) -> None:
+        if data:
+            self.device.write(off, data)
+        if sync:
+            self.device.sync([zone])
+
+    def note_write(self, zone: int, new_start: int, nbytes: int) -> None:
+        self._written[zone] = new_start - zone * self.zone_size
+        if nbytes:
+            c = self.index.counters
+            c["device_bytes_written"] += nbytes
+            c["flushes"] += 1
+            c["flush_bytes"] += nbytes
+
+    def index_flush(self, zone: int, synced: int, entries: list[Entry]) -> list[bool]:
+        with self.index.txn():
+            results = [self.index.apply(e) for e in entries]
+            self.index.set_indexed_wp(zone, synced - zone * self.zone_size)
+        return results
+
+    def finish_zone(self, zone: int, synced: int) -> None:
+        if self.device.zone(zone).cond is not ZoneCondition.FULL:
+            self.device.finish_zone(zone)
+
+    def writer_gone(self, w: ZoneWriter) -> None:
+        if self._writers.get(w.zone) is w:
+            del self._writers[w.zone]
+        for s, sw in list(self._streams.items()):
+            if sw is w:
+                del self._streams[s]
+        if self._gc_writer is w:
+            self._gc_writer = None
+        if self._closed:
+            return
+        try:
+            z = self.device.zone(w.zone)
+        except OSError:
+            self._bad.add(w.zone)
+            return
+        self._written[w.zone] = z.written
+        if z.cond is ZoneCondition.FULL:
+            self._full.add(w.zone)
+        elif z.cond in (ZoneCondition.OFFLINE, ZoneCondition.READONLY):
+            self._bad.add(w.zone)
+        elif z.wp == z.start:
+            self._empty.add(w.zone)
+        else:
+            self._spares.add(w.zone)
+
+    # ------------------------------------------------------------------ zone allocation
+
+    def _take_zone(self, gc: bool) -> int | None:
+        if self._spares:
+            z = min(self._spares, key=lambda i: self._written[i])
+            self._spares.discard(z)
+            return z
+        if len(self._empty) <= (0 if gc else self.gc_reserve_zones):
+            return None
+        if len(self._writers) + len(self._spares) + 1 > self.active_limit:
+            return None
+        z = min(self._empty)
+        self._empty.discard(z)
+        return z
+
+    def _new_writer(self, z: int, gc: bool) -> ZoneWriter:
+        start = z * self.zone_size
+        w = ZoneWriter(self, z, start + self._written[z], start + self.zone_capacity, gc=gc)
+        self._writers[z] = w
+        return w
+
+    async def writer_for(self, stream: str, *, gc: bool = False) -> ZoneWriter:
+        async with self._alloc_lock:
+            while True:
+                self._check_open()
+                if gc:
+                    w = self._gc_writer
+                else:
+                    w = self._streams.get(stream)
+                if w is not None and not w.closing and w.error is None:
+                    return w
+                stream_writers = [w for w in self._writers.values() if not w.gc]
+                if gc or len(stream_writers) < self.slots:
+                    # Deletes may dig into the reserve: freeing space must not need space.
+                    z = self._take_zone(gc or stream == TOMBSTONE_STREAM)
+                    if z is None:
+                        if not gc and await self._free_dead_zones():
+                            continue
+                        raise NoSpace(f"{self.device.info.path}: no free zone left")
+                    w = self._new_writer(z, gc)
+                    if gc:
+                        self._gc_writer = w
+                    else:
+                        self._streams[stream] = w
+                    return w
+                live = [w for w in stream_writers if not w.closing]
+                idle = [w for w in live if w.users == 0]
+                if idle:
+                    victim = max(idle, key=lambda w: w.fill)
+                    victim.retire()
+                    await victim.finished.wait()
+                    continue
+                if live:
+                    w = min(live, key=lambda w: w.users)
+                    self._streams[stream] = w
+                    return w
+                await asyncio.wait([asyncio.ensure_future(w.finished.wait())
+                                    for w in stream_writers], return_when=asyncio.FIRST_COMPLETED)
+
+    async def _free_dead_zones(self) -> bool:
+        from zonestore.reclaim import reset_dead_zones
+
+        return await reset_dead_zones(self) > 0
+
+    async def _cursor_writer(self, cur: _PutCursor, stream: str, need: int, *,
+                             gc: bool = False) -> ZoneWriter:
+        """A writer for this put with at least `need` bytes of room (retiring a full one)."""
+        while True:
+            w = cur.w
+            if w is not None and not w.closing and w.error is None and w.remaining >= need:
+                return w
+            if w is not None:
+                cur.release()
+                if not w.closing and w.error is None:
+                    w.retire()  # too little room left to be useful: finish the zone
+            w = await self.writer_for(stream, gc=gc)
+            if w.remaining < need and w.users == 0:
+                w.retire()
+                continue
+            if w.remaining < need:
+                # A shared writer that another put is still filling: wait for it to be retired.
+                await asyncio.sleep(0)
+                w.retire()
+                continue
+            w.users += 1
+            cur.w = w
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # ------------------------------------------------------------------ put
+
+    async def put(self, record_id: str, body: bytes | AsyncIterable[bytes], *, stream: str,
+                  meta: bytes | Callable[[], bytes] = b"", length: int | None = None
+                  ) -> RecordInfo:
+        """Store `body` under `record_id` (replacing any older record); returns once durable."""
+        validate_record_id(record_id)
+        if not isinstance(stream, str) or len(stream.encode()) > 1024:
+            raise ValueError("stream hint must be a str of at most 1024 bytes")
+        if length is not None and length < 0:
+            raise ValueError("length must be >= 0")
+        self._check_open()
+        seq = self.next_seq()
+        cur = _PutCursor()
+        try:
+            return await self._put(record_id, body, stream, meta, length, seq, cur)
+        finally:
+            cur.release()
+
+    async def _put(self, rid: str, body: bytes | AsyncIterable[bytes], stream: str,
+                   meta: bytes | Callable[[], bytes], length: int | None, seq: int,
+                   cur: _PutCursor, gen: int = 0, gc: bool = False) -> RecordInfo:
+        hsize = header_size(len(rid))
+        chunk = self.chunk_size
+        extents: list[Extent] = []
+        sizes: list[int] = []
+        whole = 0
+        total = 0
+        emitted = 0
+
+        async def emit(data: memoryview) -> None:
+            nonlocal whole, emitted
+            pos = 0
+            while pos < len(data):
+                left = len(data) - pos
+                w = await self._cursor_writer(cur, stream, hsize + min(left, MIN_SPLIT), gc=gc)
+                n = min(left, w.remaining - hsize)
+                piece = data[pos:pos + n]
+                c = crc32c(piece)
+                logical = emitted
+                hdr = encode_header(RecordType.DATA, rid, seq=seq, gen=gen, arg=logical,
+                                    payload_len=n, payload_crc=c)
+                off = w.append(hdr, piece)
+                extents.append(Extent(off + hsize, n, c))
+                sizes.append(hsize + n)
+                cur.used[w] = off + hsize + n
+                whole = crc32c_combine(whole, c, n)
+                emitted = logical + n
+                pos += n
+                await w.wait_room()
+
+        emitted = 0
+        pending = bytearray()
+        if isinstance(body, bytes | bytearray | memoryview):
+            mv = memoryview(body).cast("B")
+            total = len(mv)
+            if length is not None and total != length:
+                raise ValueError(f"body is {total} bytes, length says {length}")
+            if total > INLINE_MAX:
+                end = total - total % chunk if total % chunk else total
+                for p in range(0, end, chunk):
+                    await emit(mv[p:p + chunk])
+                pending = bytearray(mv[end:])
+            else:
+                pending = bytearray(mv)
+        else:
+            async for piece in body:
+                pv = memoryview(piece).cast("B")
+                total += len(pv)
+                if length is not None and total > length:
+                    raise ValueError(f"body is longer than length {length}")
+                if not pending and len(pv) >= chunk:
+                    end = len(pv) - len(pv) % chunk
+                    for p in range(0, end, chunk):
+                        await emit(pv[p:p + chunk])
+                    pending += pv[end:]
+                    continue
+                pending += pv
+                if len(pending) >= chunk:
+                    buf, pending = pending, bytearray(pending[chunk:])
+                    await emit(memoryview(buf)[:chunk])
+            if length is not None and total != length:
+                raise ValueError(f"body is {total} bytes, length says {length}")
+        blob = meta() if callable(meta) else meta
+        if not isinstance(blob, bytes | bytearray):
+            raise ValueError("meta must be bytes")
+        blob = bytes(blob)
+        if len(blob) > MAX_META:
+            raise ValueError(f"metadata blob of {len(blob)} bytes exceeds {MAX_META}")
+
+        inline = not extents and total <= INLINE_MAX
+        if inline:
+            data = bytes(pending)
+            whole = crc32c(data)
+            payload = encode_commit(length=total, crc=whole, stream=stream, meta=blob,
+                                    extents=(), inline=data)
+        else:
+            if pending:
+                await emit(memoryview(pending))
+            payload = encode_commit(length=total, crc=whole, stream=stream, meta=blob,
+                                    extents=extents)
+        hdr = encode_header(RecordType.COMMIT, rid, seq=seq, gen=gen, arg=total,
+                            flags=FLAG_INLINE if inline else 0, payload_len=len(payload),
+                            payload_crc=crc32c(payload))
+        size = len(hdr) + len(payload)
+        if size > self.zone_capacity:
+            raise ValueError("record has too many chunks for one COMMIT in a zone")
+        while True:
+            w = await self._cursor_writer(cur, stream, size, gc=gc)
+            # Chunks in other zones must be durable before a COMMIT can point at them.
+            waits = [(ow, end) for ow, end in cur.used.items() if ow is not w and ow.synced < end]
+            if not waits:
+                break
+            for ow, end in waits:
+                await ow.wait_durable(end)
+        off = w.append(hdr, payload)
+        if inline:
+            extents = [Extent(off + hsize + inline_data_offset(stream, len(blob)), total, whole)]
+            sizes = [0]
+        entry = Entry(rid, REC, seq, gen, total, whole, stream, blob, tuple(extents),
+                      tuple(sizes), off, size)
+        c = self.index.counters
+        if gc:
+            c["gc_bytes_copied"] += size + sum(sizes)
+        else:
+            c["user_bytes_written"] += total
+        w.add_op(off + size, entry)
+        await w.wait_durable(off + size)
+        return RecordInfo(rid, total, blob, stream, seq, whole)
+
+    # ------------------------------------------------------------------ delete
+
+    async def delete(self, record_id: str) -> bool:
+        """Delete by appending a tombstone; False if there was no such record."""
+        validate_record_id(record_id)
+        self._check_open()
+        e = self.index.lookup(record_id)
+        if e is None or e.kind != REC:
+            return False
+        await self.append_tombstone(record_id, self.next_seq(), 0, gc=False)
+        return True
+
+    async def append_tombstone(self, rid: str, seq: int, gen: int, *, gc: bool) -> None:
+        rec = encode_record(RecordType.TOMBSTONE, rid, seq=seq, gen=gen)
+        cur = _PutCursor()
+        try:
+            w = await self._cursor_writer(cur, TOMBSTONE_STREAM, len(rec), gc=gc)
+            off = w.append(rec)
+        finally:
+            cur.release()
+        if gc:
+            self.index.counters["gc_bytes_copied"] += len(rec)
+        w.add_op(off + len(rec), Entry(rid, TOMB, seq, gen, 0, 0, "", b"", (), (), off,
+                                       len(rec)))
+        await w.wait_durable(off + len(rec))
+
+    # ------------------------------------------------------------------ reads
+
+    def _live(self, record_id: str) -> Entry:
+        validate_record_id(record_id)
+        self._check_open()
+        e = self.index.lookup(record_id)
+        if e is None or e.kind != REC:
+            raise RecordNotFound(record_id)
+        return e
+
+    async def head(self, record_id: str) -> RecordInfo:
+        return _info(self._live(record_id))
+
+    async def get(self, record_id: str, offset: int = 0, length: int | None = None
+                  ) -> AsyncIterator[bytes]:
+        """Bytes [offset, offset+length) of the record (to its end when length is None or runs
+        past it), as an async iterator; every chunk is CRC-checked before it is yielded."""
+        e = self._live(record_id)
+        if offset < 0 or offset > e.length or (length is not None and length < 0):
+            raise InvalidRange(f"range {offset}+{length} outside record of {e.length} bytes")
+        end = e.length if length is None else min(e.length, offset + length)
+        return self._read(e, offset, end)
+
+    async def _read(self, e: Entry, pos: int, end: int) -> AsyncIterator[bytes]:
+        epochs = {z: self.zone_epoch.get(z) for z in e.zone_bytes(self.zone_size)}
+        base = 0
+        i = 0
+        while pos < end:
+            ext = e.extents[i]
+            if base + ext.length <= pos:
+                base += ext.length
+                i += 1
+                continue
+            z = ext.offset // self.zone_size
+            moved = False
+            try:
+                data = await asyncio.to_thread(self.device.read, ext.offset, ext.length)
+            except OSError:
+                if self.zone_epoch.get(z) == epochs.get(z):
+                    self.index.counters["read_errors"] += 1
+                    raise
+                moved = True
+            if not moved and self.zone_epoch.get(z) != epochs.get(z):
+                moved = True
+            if moved:
+                # Reclaim moved the record and reset the zone under us: follow it.
+                n = self.index.lookup(e.id)
+                if n is None or n.kind != REC or n.seq != e.seq:
+                    raise RecordNotFound(f"{e.id} was deleted while being read")
+                e = n
+                epochs = {z: self.zone_epoch.get(z) for z in e.zone_bytes(self.zone_size)}
+                base = 0
+                i = 0
+                continue
+            if crc32c(data) != ext.crc:
+                self.index.counters["crc_failures"] += 1
+                raise CorruptRecord(
+                    f"record {e.id!r}: CRC32C mismatch in bytes {base}-{base + ext.length - 1} "
+                    f"(device offset {ext.offset})"
+                )
+            lo = pos - base
+            hi = min(ext.length, end - base)
+            yield data if (lo == 0 and hi == ext.length) else data[lo:hi]
+            pos = base + hi
+            base += ext.length
+            i += 1
+
+    def scan(self, prefix: str = "", after: str = "", limit: int = 1000) -> list[RecordInfo]:
+        self._check_open()
+        return [_info(e) for e in self.index.scan(prefix, after, limit)]
+
+    # ------------------------------------------------------------------ stats / reclaim
+
+    def stats(self) -> LogStats:
+        zones = self.device.report_zones()
+        c = self.index.counters
+        free = self.zone_capacity * len(self._empty)
+        free += sum(w.remaining for w in self._writers.values())
+        free += sum(self.zone_capacity - self._written[z] for z in self._spares)
+        used = sum(self._written[z] for z in self.seq_zones)
+        live = sum(v for z, v in self.index.live.items() if v > 0)
+        user = c["user_bytes_written"]
+        return LogStats(
+            user_bytes_written=user,
+            device_bytes_written=c["device_bytes_written"],
+            gc_bytes_copied=c["gc_bytes_copied"],
+            zones_by_condition={k: v for k, v in count_conditions(zones).items() if v},
+            free_bytes=free,
+            used_bytes=used,
+            live_bytes=live,
+            write_amplification=(c["device_bytes_written"] / user) if user else 0.0,
+            flushes=c["flushes"],
+            flush_bytes=c["flush_bytes"],
+            records=self.index.record_count(),
+            crc_failures=c["crc_failures"],
+            read_errors=c["read_errors"],
+            open_zones=sum(1 for z in zones if z.cond.is_open),
+            max_open_zones=self.device.info.max_open_zones,
+            max_active_zones=self.device.info.max_active_zones,
+        )
+
+    async def reclaim(self, **kwargs: Any) -> Any:
+        """One reclaim pass (see reclaim.reclaim_pass for the knobs); returns ReclaimResult."""
+        from zonestore.reclaim import reclaim_pass
+
+        return await reclaim_pass(self, **kwargs)
+
+    async def _background_reclaim(self) -> None:
+        from zonestore.reclaim import background_loop
+
+        await background_loop(self)
+
+    # ------------------------------------------------------------------ for reclaim
+
+    @property
+    def full_zones(self) -> set[int]:
+        return self._full
+
+    def zone_reset_done(self, z: int) -> None:
+        self._full.discard(z)
+        self._spares.discard(z)
+        self._written[z] = 0
+        self._empty.add(z)

@@ -618,12 +618,22 @@ class ZoneLog:
 
     # ------------------------------------------------------------------ stats / reclaim
 
+    def free_bytes(self) -> int:
+        """Bytes that puts can still use (empty zones beyond the reserve, open zones' room)."""
+        free = self.zone_capacity * max(0, len(self._empty) - self.gc_reserve_zones)
+        free += sum(w.remaining for w in self._writers.values() if not w.gc)
+        free += sum(self.zone_capacity - self._written[z] for z in self._spares)
+        return free
+
+    def has(self, record_id: str) -> bool:
+        """Whether a live record with this id is here (no I/O)."""
+        e = self.index.lookup(record_id)
+        return e is not None and e.kind == REC
+
     def stats(self) -> LogStats:
         zones = self.device.report_zones()
         c = self.index.counters
-        free = self.zone_capacity * len(self._empty)
-        free += sum(w.remaining for w in self._writers.values())
-        free += sum(self.zone_capacity - self._written[z] for z in self._spares)
+        free = self.free_bytes()
         used = sum(self._written[z] for z in self.seq_zones)
         live = sum(v for z, v in self.index.live.items() if v > 0)
         user = c["user_bytes_written"]

@@ -1,0 +1,75 @@
+"""A drive pool spreads streams over drives, keeps a stream on one drive, and finds ids."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.zonelog_helpers import KiB, MiB, make_drive, open_log, payload, read_all
+from zonestore.errors import RecordNotFound
+from zonestore.pool import DrivePool
+
+
+async def make_pool(tmp_path, n=3, zones=24):
+    logs = []
+    for i in range(n):
+        d = tmp_path / f"d{i}"
+        d.mkdir()
+        logs.append(await open_log(make_drive(d, zones=zones)))
+    return DrivePool(logs, headroom=256 * KiB)
+
+
+async def test_concurrent_streams_spread_over_drives_and_stick(tmp_path):
+    pool = await make_pool(tmp_path)
+
+    async def writer(s):
+        for j in range(4):
+            await pool.put(f"{s}.{j}", payload(j, 40 * KiB), stream=s)
+
+    await asyncio.gather(*(writer(f"s{i}") for i in range(6)))
+    drives = {}
+    for i in range(6):
+        where = {pool.locate(f"s{i}.{j}") for j in range(4)}
+        assert len(where) == 1  # a stream sticks to one drive
+        drives[f"s{i}"] = where.pop()
+    assert len(set(drives.values())) == 3  # and concurrent streams use every drive
+    for i in range(6):
+        for j in range(4):
+            assert await read_all(pool, f"s{i}.{j}") == payload(j, 40 * KiB)
+    await pool.close()
+
+
+async def test_pool_head_delete_scan_and_replace_across_drives(tmp_path):
+    pool = await make_pool(tmp_path, n=2)
+    await pool.put("a", b"1", stream="x")
+    first = pool.locate("a")
+    # Fill the sticky drive's stream elsewhere: a put of "a" from another stream may land on
+    # the other drive, and then the old copy must go.
+    pool._stream_drive["y"] = 1 - first
+    await pool.put("a", b"22", stream="y")
+    assert pool.locate("a") == 1 - first
+    assert not pool.logs[first].has("a")
+    assert await read_all(pool, "a") == b"22"
+    assert (await pool.head("a")).length == 2
+    await pool.put("b", b"3", stream="x")
+    assert [r.id for r in pool.scan()] == ["a", "b"]
+    assert [r.id for r in pool.scan(after="a")] == ["b"]
+    assert await pool.delete("a") is True
+    with pytest.raises(RecordNotFound):
+        await pool.head("a")
+    st = pool.stats()
+    assert st.records == 1 and st.user_bytes_written == 1 + 2 + 1
+    await pool.close()
+
+
+async def test_a_stream_moves_when_its_drive_fills(tmp_path):
+    pool = await make_pool(tmp_path, n=2, zones=8)
+    for j in range(20):
+        await pool.put(f"r{j}", payload(j, 256 * KiB), stream="one")
+    used = {pool.locate(f"r{j}") for j in range(20)}
+    assert used == {0, 1}
+    for j in range(20):
+        assert await read_all(pool, f"r{j}") == payload(j, 256 * KiB)
+    assert pool.stats().free_bytes < 8 * MiB
+    await pool.close()

@@ -187,7 +187,7 @@ def test_illegal_writes_are_refused_by_us_before_the_kernel(dev, zpath, monkeypa
         dev.write(z.start + pbs, b"\0" * (z.capacity - pbs))  # exactly to capacity
         assert dev.zone(z.index).cond is ZoneCondition.FULL
         with pytest.raises(ZoneCapacityError):
-            dev.write(z.start + z.capacity, block(dev, 3))
+            dev.write(z.start + z.capacity - pbs, block(dev, 3))  # into the FULL zone
         assert audit.writes and audit.off_wp() == []
         assert all(w.offset % pbs == 0 and w.length % pbs == 0 for w in audit.writes)
     finally:
@@ -219,7 +219,8 @@ def test_open_close_finish_reset(dev):
     dev.open_zone(z.index)
     assert dev.zone(z.index).cond is ZoneCondition.EXPLICIT_OPEN
     dev.close_zone(z.index)
-    assert dev.zone(z.index).cond is ZoneCondition.EMPTY
+    # Closing an opened zone with nothing written: null_blk makes it EMPTY, QEMU's ZNS CLOSED.
+    assert dev.zone(z.index).cond in (ZoneCondition.EMPTY, ZoneCondition.CLOSED)
     dev.write(z.start, block(dev, 7, 2))
     dev.close_zone(z.index)
     assert dev.zone(z.index).cond is ZoneCondition.CLOSED

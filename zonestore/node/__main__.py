@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index-dir", default=None, help="index directory for block-device drives")
     p.add_argument("--max-record-size", type=int, default=DEFAULT_MAX_RECORD_SIZE,
                    help="largest record payload accepted, bytes (default 6 GiB)")
-    p.add_argument("--reclaim-interval", type=float, default=60.0,
+    p.add_argument("--reclaim-interval", type=float, default=5.0,
                    help="seconds between background reclaim passes per drive (0 = off)")
     p.add_argument("--open-metrics", choices=("loopback", "any", "signed"), default="loopback",
                    help="who may read /metrics and /health/ready without a signature")

@@ -93,7 +93,11 @@ class NodeMetrics:
                                      registry=self.registry)
         self.reclaims = Counter(f"{PREFIX}_reclaim_runs", "Background reclaim passes.",
                                 ["drive", "result"], registry=self.registry)
-        self.ready = False
+        self.zones_reset = Counter(f"{PREFIX}_drive_reclaimed_zones", "Zones reset by reclaim.",
+                                   ["drive"], registry=self.registry)
+        self.reclaim_copied = Counter(f"{PREFIX}_drive_reclaim_copied_bytes",
+                                      "Bytes copied by the node's reclaim passes.", ["drive"],
+                                      registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

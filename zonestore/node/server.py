@@ -44,6 +44,15 @@ LOCK_NAME = "node.lock"
 READ_BUFSIZE = 1 << 20  # socket read buffer per request: bounds a PUT's memory, keeps reads big
 
 
+RECLAIM_ZONES_PER_PASS = 4
+
+
+def _free_fraction(zlog: Any) -> float:
+    stats = zlog.stats()
+    total = stats.free_bytes + stats.used_bytes
+    return stats.free_bytes / total if total else 1.0
+
+
 class DriveError(Exception):
     """A drive cannot be used; the message is one line naming the drive and the fix."""
 
@@ -53,13 +62,14 @@ class NodeOptions:
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE
     auth_window: float = DEFAULT_WINDOW
     open_metrics: str = "loopback"  # who may read /metrics and /health/ready unsigned
-    reclaim_interval: float = 60.0  # seconds between reclaim passes on a drive; 0 = never
+    reclaim_interval: float = 5.0  # seconds between reclaim passes on a drive; 0 = never
     create_drives: bool = False  # create missing drives as emulated drives of `geometry`
     geometry: Geometry | None = None
     index_dir: Path | None = None  # where indexes of real (block-device) drives live
     port_file: Path | None = None  # written with the bound port once listening
     shutdown_timeout: float = 30.0
-    log_tuning: dict[str, Any] = field(default_factory=dict)  # passed to ZoneLog.open
+    log_tuning: dict[str, Any] = field(default_factory=dict)  # passed to ZoneLog.open (the
+    # node runs reclaim itself, so the log's own background loop is turned off)
 
 
 def _index_path(drive: Path, index: int, node_id: str, index_dir: Path | None) -> Path:
@@ -216,7 +226,8 @@ class NodeServer:
         logs = []
         try:
             for d in self._drives:
-                logs.append(await ZoneLog.open(d.device, d.index_path, **self.options.log_tuning))
+                tuning = {"background_reclaim": False, **self.options.log_tuning}
+                logs.append(await ZoneLog.open(d.device, d.index_path, **tuning))
         except BaseException:
             for lg in logs:
                 with contextlib.suppress(Exception):
@@ -232,23 +243,37 @@ class NodeServer:
         log.info("node %s ready", self.node_id)
 
     async def _reclaim_loop(self, index: int, zlog: Any) -> None:
-        """One reclaim pass per interval per drive (jittered so drives do not copy in step)."""
+        """Per drive, every interval (jittered so drives do not copy in step): reset zones
+        holding only dead records (cheap, no copying); and only when free space runs low,
+        evacuate a few zones with the most garbage at the log's reclaim rate (copying costs
+        write amplification, so it waits until the space is needed)."""
         interval = self.options.reclaim_interval
         metrics = self.state.metrics if self.state else None
+        label = str(index)
         while True:
             await asyncio.sleep(interval * random.uniform(0.8, 1.2))
             try:
-                await zlog.reclaim()
-                result = "ok"
+                res = await zlog.reclaim(max_zones=0)  # dead zones only
+                results = [res]
+                if _free_fraction(zlog) < getattr(zlog, "reclaim_free_threshold", 0.2):
+                    results.append(await zlog.reclaim(
+                        max_zones=RECLAIM_ZONES_PER_PASS,
+                        rate=getattr(zlog, "reclaim_rate", None)))
+                outcome = "ok"
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("reclaim on drive %d failed", index)
-                result = "error"
+                outcome, results = "error", []
             if metrics is not None:
-                metrics.reclaims.labels(str(index), result).inc()
+                metrics.reclaims.labels(label, outcome).inc()
+                for r in results:
+                    metrics.zones_reset.labels(label).inc(
+                        getattr(r, "zones_reset", 0) + getattr(r, "zones_evacuated", 0))
+                    metrics.reclaim_copied.labels(label).inc(getattr(r, "bytes_copied", 0))
 
     async def stop(self) -> None:
+        started = self.state is not None
         if self._runner is not None:
             await self._runner.cleanup()  # stops listening, waits for in-flight requests
             self._runner = None
@@ -273,7 +298,9 @@ class NodeServer:
         for d in self._drives:
             _close_drive(d)
         self._drives = []
-        log.info("node %s stopped", self.node_id)
+        if started:
+            log.info("node %s stopped", self.node_id)
+        self.state = None
 
 
 async def serve(node_id: str, drives: Sequence[str | Path], host: str, port: int,

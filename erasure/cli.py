@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     rep.add_argument("--prefix", default="", help="only parts whose id starts with this")
     rep.add_argument("--deep", action="store_true",
                      help="also read every fragment through to find silent corruption")
+    rep.add_argument("--include-unreachable", action="store_true",
+                     help="treat nodes that cannot be reached as gone for good: rebuild their "
+                          "fragments on other nodes")
     rep.add_argument("--dry-run", action="store_true", help="report, rebuild nothing")
     rep.add_argument("--state-dir", default=None,
                      help="where the repair queue lives (default: erasure.state_dir)")
@@ -84,6 +87,7 @@ async def _repair(cfg: ClusterConfig, args: argparse.Namespace) -> int:
                 progress.advance(task)
 
             report = await repair(cluster, args.prefix, deep=args.deep, dry_run=args.dry_run,
+                                  include_unreachable=args.include_unreachable,
                                   on_found=found, on_done=done)
     for part, why in report.failed if args.dry_run else []:
         console.print(f"{part}: {why}")
@@ -91,6 +95,9 @@ async def _repair(cfg: ClusterConfig, args: argparse.Namespace) -> int:
         console.print(f"[red]unrecoverable[/] {part}: {why}")
     if report.unreachable:
         console.print(f"could not list: {', '.join(report.unreachable)}")
+    if report.deferred:
+        console.print(f"{len(report.deferred)} fragments on unreachable nodes not rebuilt "
+                      "(use --include-unreachable if a node is gone for good)")
     console.print(f"{len(report.fixed)} parts fixed, {len(report.failed)} failed, "
                   f"{len(report.unrecoverable)} unrecoverable, {report.healthy} healthy")
     return 1 if (report.failed and not args.dry_run) or report.unrecoverable else 0

@@ -1,0 +1,187 @@
+"""ErasureCluster: the erasure layer's API to the gateway (docs/design.md, "erasure").
+
+It owns one HTTP session, a NodeClient per configured node with up/down state refreshed by a
+background health check, the codec (warmed up at start), placement and the repair queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from erasure import reader, writer
+from erasure.codec import Codec, Scheme
+from erasure.config import ClusterConfig
+from erasure.layout import PartLayout, PartResult, parse_archive_id, parse_archive_meta
+from erasure.nodeclient import NodeClient, NodeError, make_session
+from erasure.placement import Placement
+from erasure.repairqueue import RepairQueue
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ScannedPart:
+    """A part as found on the nodes: what its archives' metadata say and where they are."""
+
+    part_uid: str
+    length: int
+    scheme: Scheme
+    crc32c: int
+    meta: dict[str, Any]                      # the caller's dict given to write_part
+    fragments: dict[int, list[str]] = field(default_factory=dict)  # index -> node ids
+
+    def layout(self) -> PartLayout:
+        placement = {i: nodes[0] for i, nodes in self.fragments.items()}
+        missing = [i for i in range(self.scheme.n) if i not in placement]
+        return PartLayout(self.part_uid, self.length, self.scheme, placement, missing, self.crc32c)
+
+
+class ErasureCluster:
+    def __init__(self, config: ClusterConfig, *, state_dir: str | Path | None = None,
+                 health_interval: float = 5.0) -> None:
+        self.config = config
+        self.scheme = config.erasure.scheme
+        self.codec = Codec(self.scheme)
+        self._codecs: dict[Scheme, Codec] = {self.scheme: self.codec}
+        self.placement = Placement(config.slots(), self.scheme.n)
+        self.write_quorum = config.erasure.write_quorum
+        self.node_timeout = config.erasure.node_timeout
+        self.repair_queue = RepairQueue(state_dir or config.erasure.state_dir)
+        self.health_interval = health_interval
+        self.stats: Counter[str] = Counter()
+        self.clients: dict[str, NodeClient] = {}
+        self.unreachable: list[str] = []  # nodes the last scan could not list
+        self._session = None
+        self._health: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self._session = make_session()
+        self.clients = {n.id: NodeClient(n, self.config.secret, self._session, self.node_timeout)
+                        for n in self.config.nodes}
+        await self.check_health()
+        if self.health_interval > 0:
+            self._health = asyncio.create_task(self._health_loop())
+
+    async def close(self) -> None:
+        if self._health:
+            self._health.cancel()
+            await asyncio.gather(self._health, return_exceptions=True)
+            self._health = None
+        if self._session:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> ErasureCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # -- node state --------------------------------------------------------------------------
+
+    async def check_health(self) -> dict[str, bool]:
+        ups = await asyncio.gather(*(c.check() for c in self.clients.values()))
+        return dict(zip(self.clients, ups, strict=True))
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.health_interval)
+            try:
+                await self.check_health()
+            except Exception:  # never let the loop die; the next round tries again
+                log.exception("health check failed")
+
+    def is_up(self, node_id: str) -> bool:
+        c = self.clients.get(node_id)
+        return c is not None and c.up
+
+    def down_nodes(self) -> set[str]:
+        return {nid for nid, c in self.clients.items() if not c.up}
+
+    def targets(self, part_uid: str) -> list[str | None]:
+        """Node per fragment index for a new write: the placement, with down nodes' fragments
+        handed off to the next nodes in rendezvous order (None when no node is left)."""
+        down = self.down_nodes()
+        nodes: list[str | None] = list(self.placement.primary(part_uid))
+        if down.intersection(nodes):
+            spare = self.placement.handoffs(part_uid, [n for n in nodes if n not in down], down)
+            nodes = [next(spare, None) if n in down else n for n in nodes]
+        return nodes
+
+    def codec_for(self, scheme: Scheme) -> Codec:
+        codec = self._codecs.get(scheme)
+        if codec is None:
+            codec = self._codecs[scheme] = Codec(scheme)
+        return codec
+
+    # -- parts -------------------------------------------------------------------------------
+
+    async def write_part(self, part_uid: str, body: AsyncIterable[bytes], *, length: int,
+                         stream: str, meta: Callable[[PartResult], dict[str, Any]]
+                         ) -> PartLayout:
+        """Stream `length` bytes into k+m fragment archives. Raises QuorumError (nothing left
+        behind) or ValueError (body length differs from `length`; nothing left behind)."""
+        return await writer.write_part(self, part_uid, body, length=length, stream=stream,
+                                       meta=meta)
+
+    def read_part(self, layout: PartLayout, offset: int = 0, length: int | None = None
+                  ) -> AsyncIterator[bytes]:
+        """Bytes [offset, offset+length) of a part, streamed. Raises PartUnavailable."""
+        return reader.read_part(self, layout, offset, length)
+
+    async def delete_part(self, layout: PartLayout) -> int:
+        """Delete every archive of the part; returns how many were deleted. Unreachable
+        nodes are skipped (repair's scan reports the leftovers)."""
+        async def rm(i: int, nid: str) -> bool:
+            client = self.clients.get(nid)
+            if client is None:
+                return False
+            try:
+                return await client.delete(layout.archive_id(i))
+            except NodeError as e:
+                log.warning("delete %s on %s: %s", layout.archive_id(i), nid, e)
+                return False
+        done = await asyncio.gather(*(rm(i, n) for i, n in layout.placement.items()))
+        self.repair_queue.done(layout.part_uid)
+        return sum(done)
+
+    async def scan(self, prefix: str = "") -> list[ScannedPart]:
+        """Every part whose archives start with `prefix`, as found on the reachable nodes
+        (sorted by part_uid). `self.unreachable` lists the nodes that could not be listed."""
+        async def one(client: NodeClient) -> list[tuple[str, Any]]:
+            out = []
+            async for rec in client.scan(prefix):
+                out.append((client.id, rec))
+            return out
+
+        results = await asyncio.gather(*(one(c) for c in self.clients.values()),
+                                       return_exceptions=True)
+        parts: dict[str, ScannedPart] = {}
+        self.unreachable = []
+        for client, res in zip(self.clients.values(), results, strict=True):
+            if isinstance(res, BaseException):
+                if not isinstance(res, NodeError):
+                    raise res
+                self.unreachable.append(client.id)
+                continue
+            for nid, rec in res:
+                parsed = parse_archive_id(rec.id)
+                if parsed is None:
+                    continue
+                try:
+                    m = parse_archive_meta(rec.meta)
+                except ValueError:
+                    continue
+                p = parts.get(parsed[0])
+                if p is None:
+                    p = parts[parsed[0]] = ScannedPart(parsed[0], m["length"], m["scheme"],
+                                                       int(m.get("crc32c", 0)), m.get("meta", {}))
+                p.fragments.setdefault(parsed[1], []).append(nid)
+        return [parts[k] for k in sorted(parts)]

@@ -1,0 +1,294 @@
+"""HTTP client for one storage node's record API (docs/design.md, "Node daemon").
+
+Every request is signed with the cluster secret (zonestore.nodeauth); streamed PUT bodies are
+UNSIGNED-PAYLOAD, small bodies are signed. Writes carry a random `nonce` query parameter because
+the node accepts a write signature only once (replay protection) and a retry may fall in the
+same second. The client tracks whether its node is up: a connection failure or timeout marks it
+down, a successful request or health check marks it up again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import secrets
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from erasure.config import NodeSpec
+from zonestore.nodeauth import sign_headers
+
+# aiohttp.web closes idle keep-alive connections after 75 s, uvicorn after 5 s: stay below both,
+# or a reused connection fails with "Cannot write to closing transport".
+KEEPALIVE_TIMEOUT = 4.0
+
+
+class NodeError(Exception):
+    """A node answered with an error, or could not be reached."""
+
+    def __init__(self, node: str, status: int, code: str, message: str) -> None:
+        super().__init__(f"node {node}: {status} {code}: {message}")
+        self.node, self.status, self.code, self.message = node, status, code, message
+
+
+class NodeUnavailable(NodeError):
+    """Connection refused/reset or no progress within the node timeout."""
+
+
+class RecordMissing(NodeError):
+    """404: the node does not have the record."""
+
+
+class RecordCorrupt(NodeError):
+    """409: the node detected corruption (CRC) in the record, or it arrived short."""
+
+
+@dataclass(frozen=True)
+class RecordHead:
+    id: str
+    length: int
+    meta: bytes
+    crc32c: int | None
+
+
+def make_session(limit_per_host: int = 32) -> aiohttp.ClientSession:
+    conn = aiohttp.TCPConnector(limit=0, limit_per_host=limit_per_host,
+                                keepalive_timeout=KEEPALIVE_TIMEOUT)
+    return aiohttp.ClientSession(connector=conn, auto_decompress=False)
+
+
+class NodeClient:
+    def __init__(self, spec: NodeSpec, secret: str, session: aiohttp.ClientSession,
+                 timeout: float = 30.0) -> None:
+        self.spec = spec
+        self.id = spec.id
+        self.secret = secret
+        self.session = session
+        self.timeout = timeout
+        self.up = True
+        self.last_error: str | None = None
+        self.last_checked = 0.0
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _timeout(self) -> aiohttp.ClientTimeout:
+        # no total limit (parts can be large); fail when nothing moves for `timeout` seconds
+        return aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_connect=self.timeout,
+                                     sock_read=self.timeout)
+
+    def _headers(self, method: str, path: str, query: dict[str, str],
+                 body: bytes | None) -> dict[str, str]:
+        return sign_headers(self.secret, method, path, query, body)
+
+    def _down(self, exc: BaseException) -> NodeUnavailable:
+        self.up = False
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        return NodeUnavailable(self.id, 0, "unavailable", self.last_error)
+
+    async def _error(self, resp: aiohttp.ClientResponse) -> NodeError:
+        try:
+            body = await resp.json(content_type=None)
+            code, msg = body.get("error", "error"), body.get("message", "")
+        except Exception:
+            code, msg = "error", resp.reason or ""
+        cls = {404: RecordMissing, 409: RecordCorrupt}.get(resp.status, NodeError)
+        if resp.status >= 500 and resp.status != 507:
+            self.last_error = f"{resp.status} {code}"
+        return cls(self.id, resp.status, code, msg)
+
+    def _url(self, path: str) -> str:
+        return self.spec.url + path
+
+    # -- record API --------------------------------------------------------------------------
+
+    async def put(self, record_id: str, body: AsyncIterable[bytes], *, length: int, stream: str,
+                  meta: bytes | Callable[[], bytes]) -> dict:
+        """Stream `length` payload bytes then the metadata blob (`meta` may be a callable,
+        evaluated once the payload is sent). Returns the node's JSON once durable."""
+        path = f"/v1/records/{record_id}"
+        query = {"nonce": secrets.token_hex(8)}
+        headers = self._headers("PUT", path, query, None)
+        headers.update({"X-ZG-Stream": stream, "X-ZG-Length": str(length),
+                        "Content-Type": "application/octet-stream"})
+        sent = 0
+
+        async def gen() -> AsyncIterator[bytes]:
+            nonlocal sent
+            async for chunk in body:
+                sent += len(chunk)
+                yield chunk
+            if sent != length:
+                raise ValueError(f"archive body has {sent} bytes, announced {length}")
+            yield meta() if callable(meta) else meta
+
+        try:
+            async with self.session.put(self._url(path), params=query, data=gen(),
+                                        headers=headers, timeout=self._timeout()) as resp:
+                if resp.status != 201:
+                    raise await self._error(resp)
+                out = await resp.json(content_type=None)
+        except NodeError:
+            raise
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            raise self._down(e) from e
+        self.up = True
+        return out
+
+    async def head(self, record_id: str) -> RecordHead:
+        path = f"/v1/records/{record_id}"
+        try:
+            async with self.session.head(self._url(path), headers=self._headers("HEAD", path, {}, b""),
+                                         timeout=self._timeout()) as resp:
+                if resp.status != 200:
+                    raise await self._error(resp)
+                return _head_of(record_id, resp)
+        except NodeError:
+            raise
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            raise self._down(e) from e
+
+    def get(self, record_id: str, start: int = 0, end: int | None = None) -> RecordReader:
+        """`async with client.get(id, a, b) as r:` — r.head, await r.read_exactly(n)."""
+        return RecordReader(self, record_id, start, end)
+
+    async def get_bytes(self, record_id: str, start: int = 0, end: int | None = None) -> bytes:
+        async with self.get(record_id, start, end) as r:
+            return await r.read_exactly(r.expected)
+
+    async def delete(self, record_id: str) -> bool:
+        path = f"/v1/records/{record_id}"
+        query = {"nonce": secrets.token_hex(8)}
+        try:
+            async with self.session.delete(self._url(path), params=query,
+                                           headers=self._headers("DELETE", path, query, b""),
+                                           timeout=self._timeout()) as resp:
+                if resp.status == 404:
+                    return False
+                if resp.status not in (200, 204):
+                    raise await self._error(resp)
+                return True
+        except NodeError:
+            raise
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            raise self._down(e) from e
+
+    async def list(self, prefix: str = "", after: str = "", limit: int = 1000
+                   ) -> tuple[list[RecordHead], str | None]:
+        path = "/v1/records"
+        query = {"prefix": prefix, "after": after, "limit": str(limit)}
+        try:
+            async with self.session.get(self._url(path), params=query,
+                                        headers=self._headers("GET", path, query, b""),
+                                        timeout=self._timeout()) as resp:
+                if resp.status != 200:
+                    raise await self._error(resp)
+                body = await resp.json(content_type=None)
+        except NodeError:
+            raise
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            raise self._down(e) from e
+        recs = [RecordHead(r["id"], int(r["length"]), base64.b64decode(r.get("meta") or ""),
+                           r.get("crc32c")) for r in body.get("records", [])]
+        return recs, body.get("next")
+
+    async def scan(self, prefix: str = "", page: int = 1000) -> AsyncIterator[RecordHead]:
+        after = ""
+        while True:
+            recs, nxt = await self.list(prefix, after, page)
+            for r in recs:
+                yield r
+            if not nxt or not recs:
+                return
+            after = nxt
+
+    async def check(self) -> bool:
+        """Health check (/health/ready); updates and returns `up`."""
+        path = "/health/ready"
+        self.last_checked = time.monotonic()
+        try:
+            async with self.session.get(
+                self._url(path), headers=self._headers("GET", path, {}, b""),
+                timeout=aiohttp.ClientTimeout(total=min(self.timeout, 5.0)),
+            ) as resp:
+                await resp.read()
+                self.up = resp.status == 200
+                self.last_error = None if self.up else f"ready: {resp.status}"
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            self._down(e)
+        return self.up
+
+    async def stats(self) -> dict:
+        path = "/v1/stats"
+        async with self.session.get(self._url(path), headers=self._headers("GET", path, {}, b""),
+                                    timeout=self._timeout()) as resp:
+            if resp.status != 200:
+                raise await self._error(resp)
+            return await resp.json(content_type=None)
+
+
+def _head_of(record_id: str, resp: aiohttp.ClientResponse) -> RecordHead:
+    crc = resp.headers.get("X-ZG-Crc32c")
+    return RecordHead(record_id, int(resp.headers.get("X-ZG-Length", "0")),
+                      base64.b64decode(resp.headers.get("X-ZG-Meta", "")),
+                      int(crc) if crc and crc.isdigit() else None)
+
+
+class RecordReader:
+    """A streamed GET of bytes [start, end) of one record."""
+
+    def __init__(self, client: NodeClient, record_id: str, start: int, end: int | None) -> None:
+        self.client, self.record_id, self.start, self.end = client, record_id, start, end
+        self._cm = None
+        self.resp: aiohttp.ClientResponse | None = None
+        self.head: RecordHead | None = None
+        self.expected = 0
+
+    async def __aenter__(self) -> RecordReader:
+        c = self.client
+        path = f"/v1/records/{self.record_id}"
+        headers = c._headers("GET", path, {}, b"")
+        if self.start or self.end is not None:
+            last = "" if self.end is None else str(self.end - 1)
+            headers["Range"] = f"bytes={self.start}-{last}"
+        try:
+            self._cm = c.session.get(c._url(path), headers=headers, timeout=c._timeout())
+            self.resp = await self._cm.__aenter__()
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            raise c._down(e) from e
+        if self.resp.status not in (200, 206):
+            err = await c._error(self.resp)
+            await self._close()
+            raise err
+        c.up = True
+        self.head = _head_of(self.record_id, self.resp)
+        end = self.head.length if self.end is None else min(self.end, self.head.length)
+        self.expected = max(0, end - self.start)
+        return self
+
+    async def read_exactly(self, n: int) -> bytes:
+        """n bytes of the body; a short body (the node aborts on a bad CRC) → RecordCorrupt."""
+        assert self.resp is not None
+        try:
+            return await self.resp.content.readexactly(n)
+        except asyncio.IncompleteReadError as e:
+            raise RecordCorrupt(self.client.id, 0, "short_body",
+                                f"{self.record_id}: body ended early ({len(e.partial)} of {n})"
+                                ) from None
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            raise self.client._down(e) from e
+
+    async def _close(self) -> None:
+        if self._cm is not None:
+            cm, self._cm = self._cm, None
+            await cm.__aexit__(None, None, None)
+
+    async def __aexit__(self, *exc) -> None:
+        await self._close()
+
+    def meta_json(self) -> dict:
+        assert self.head is not None
+        return json.loads(self.head.meta or b"{}")

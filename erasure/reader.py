@@ -1,0 +1,193 @@
+"""Read a byte range of a part: stream the archive ranges of the segments it touches from k
+nodes and decode segment by segment.
+
+Sources are tried in this order: the data fragments (the code is systematic, so decoding them is
+a copy), then parity, then fragments that were missing at write time (repair may have restored
+them), then the other nodes in the part's rendezvous order (repair may have put a fragment on a
+handoff node). A source that errors, times out, returns a short body (the node aborts a stream
+whose CRC fails) or a fragment that does not decode is replaced by the next candidate from the
+current segment on: a degraded read. Missing and corrupt fragments go into the repair queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
+
+import crc32c
+
+from erasure.codec import Codec, CodecError, RangePlan
+from erasure.errors import PartUnavailable
+from erasure.layout import PartLayout
+from erasure.nodeclient import NodeError, RecordCorrupt, RecordMissing, RecordReader
+
+if TYPE_CHECKING:
+    from erasure.cluster import ErasureCluster
+
+log = logging.getLogger(__name__)
+
+
+class _Source:
+    def __init__(self, index: int, node: str, reader: RecordReader) -> None:
+        self.index, self.node, self.reader = index, node, reader
+
+
+def _candidates(cluster: ErasureCluster, layout: PartLayout) -> Iterator[tuple[int, str]]:
+    n = layout.scheme.n
+    missing = set(layout.missing)
+    first = [i for i in range(n) if i not in missing]  # data indexes come first: 0..k-1
+    up = [i for i in first if cluster.is_up(layout.placement.get(i, ""))]
+    down = [i for i in first if i not in up]
+    for i in up + down + sorted(missing):
+        if i in layout.placement:
+            yield i, layout.placement[i]
+    for node in cluster.placement.ranked(layout.part_uid):
+        for i in range(n):
+            if layout.placement.get(i) != node:
+                yield i, node
+
+
+async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0,
+                    length: int | None = None) -> AsyncIterator[bytes]:
+    codec = cluster.codec_for(layout.scheme)
+    plan = codec.plan_range(layout.length, offset, length)
+    if plan.empty:
+        return
+    k = layout.scheme.k
+    cands = _candidates(cluster, layout)
+    used: set[int] = set()
+    tried: set[tuple[int, str]] = set()
+    bad: dict[int, str] = {}  # index -> why (for the repair queue)
+    sources: list[_Source] = []
+    whole = offset == 0 and plan.length == layout.length
+    crc = 0
+    degraded = False
+
+    async def open_one(index: int, node: str, seg: int) -> _Source | None:
+        client = cluster.clients.get(node)
+        if client is None:
+            return None
+        start = codec.archive_offset(layout.length, seg)
+        reader = client.get(layout.archive_id(index), start, plan.archive_end)
+        try:
+            await reader.__aenter__()
+        except NodeError as e:
+            _note(e, index)
+            return None
+        if reader.head is not None and reader.head.length != codec.archive_length(layout.length):
+            await reader.__aexit__(None, None, None)
+            bad[index] = f"archive on {node} has {reader.head.length} bytes"
+            return None
+        return _Source(index, node, reader)
+
+    def _note(e: NodeError, index: int) -> None:
+        nonlocal degraded
+        degraded = True
+        if isinstance(e, RecordMissing | RecordCorrupt) and layout.placement.get(index) == e.node:
+            bad[index] = str(e)
+        cluster.stats["fragment_errors"] += 1
+
+    def next_candidates(count: int) -> list[tuple[int, str]]:
+        out = []
+        for i, node in cands:
+            if i in used or (i, node) in tried or any(i == j for j, _ in out):
+                continue
+            tried.add((i, node))
+            out.append((i, node))
+            if len(out) == count:
+                break
+        return out
+
+    async def fill(seg: int) -> None:
+        """Open sources until there are k (several at once: the first k in parallel)."""
+        while len(sources) < k:
+            batch = next_candidates(k - len(sources))
+            if not batch:
+                raise PartUnavailable(
+                    f"part {layout.part_uid}: only {len(sources)} of the {k} fragments needed "
+                    f"are readable ({'; '.join(f'f{i:02d}: {w}' for i, w in bad.items())})")
+            for i, _ in batch:
+                used.add(i)
+            opened = await asyncio.gather(*(open_one(i, nd, seg) for i, nd in batch))
+            for (i, _), src in zip(batch, opened, strict=True):
+                if src is None:
+                    used.discard(i)
+                else:
+                    sources.append(src)
+
+    async def drop(src: _Source, why: str, damaged: bool) -> None:
+        sources.remove(src)
+        used.discard(src.index)
+        cluster.stats["fragment_errors"] += 1
+        if damaged and layout.placement.get(src.index) == src.node:
+            bad[src.index] = why
+        await src.reader.__aexit__(None, None, None)
+
+    try:
+        await fill(plan.first_segment)
+        for seg in range(plan.first_segment, plan.last_segment + 1):
+            fsize = codec.fragment_size(codec.segment_length(layout.length, seg))
+            got: dict[int, bytes] = {}
+            while True:
+                await fill(seg)
+                want = [s for s in sources if s.index not in got]
+                results = await asyncio.gather(*(s.reader.read_exactly(fsize) for s in want),
+                                               return_exceptions=True)
+                for s, r in zip(want, results, strict=True):
+                    if isinstance(r, BaseException):
+                        if not isinstance(r, NodeError):
+                            raise r
+                        degraded = True
+                        await drop(s, str(r), isinstance(r, RecordCorrupt | RecordMissing))
+                    else:
+                        got[s.index] = r
+                if len(got) < k:
+                    continue
+                data = _decode(codec, got, sources)
+                if data is not None:
+                    break
+                # a fragment with a bad header: find it, drop it, and read a replacement
+                degraded = True
+                for s in list(sources):
+                    try:
+                        if codec.fragment_index(got[s.index]) != s.index:
+                            raise CodecError("fragment has another index")
+                    except CodecError as e:
+                        del got[s.index]
+                        await drop(s, f"corrupt fragment: {e}", True)
+                if len(got) == k:
+                    raise PartUnavailable(f"part {layout.part_uid}: segment {seg} does not decode")
+            piece = _trim(data, plan, seg, layout.scheme.segment_size)
+            if whole:
+                crc = crc32c.crc32c(piece, crc)
+            yield piece
+        if whole and layout.crc32c and crc != layout.crc32c:
+            raise PartUnavailable(f"part {layout.part_uid}: CRC32C mismatch after decoding")
+    finally:
+        for s in sources:
+            await s.reader.__aexit__(None, None, None)
+        if degraded or bad:
+            cluster.stats["degraded_reads"] += 1
+        if bad:
+            log.warning("part %s: bad fragments %s", layout.part_uid, bad)
+            cluster.repair_queue.add(layout, sorted(bad), "read: " + "; ".join(
+                f"f{i:02d}: {w}" for i, w in sorted(bad.items())))
+
+
+def _decode(codec: Codec, got: dict[int, bytes], sources: list[_Source]) -> bytes | None:
+    try:
+        return codec.decode([got[s.index] for s in sources])
+    except CodecError:
+        return None
+
+
+def _trim(data: bytes, plan: RangePlan, seg: int, segment_size: int) -> bytes:
+    start = plan.skip if seg == plan.first_segment else 0
+    seg_start = seg * segment_size
+    want_end = plan.skip + plan.first_segment * segment_size + plan.length  # absolute end
+    stop = min(len(data), want_end - seg_start)
+    if start == 0 and stop == len(data):
+        return data
+    return data[start:stop]

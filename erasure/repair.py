@@ -1,0 +1,243 @@
+"""Find parts with missing or corrupt fragments and rebuild them from any k others.
+
+Damage is found two ways: the repair queue (writes that lost a node, reads that met a missing or
+corrupt fragment) and a scan of every node's records grouped by part (an index found on no
+reachable node is missing). `deep=True` also reads every archive through, so a node's CRC check
+finds silent corruption. A rebuilt fragment goes back to the node the layout names when that node
+is up and holds no other fragment of the part, else to the next node in rendezvous order.
+
+Each part is rebuilt segment by segment (pyeclib reconstruct) and streamed like a write, so
+memory stays bounded; a part is finished or not at all (an interrupted PUT is never committed),
+so repair can be interrupted and run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from erasure.cluster import ErasureCluster, ScannedPart
+from erasure.codec import CodecError
+from erasure.layout import PartLayout, archive_id
+from erasure.nodeclient import NodeError, RecordReader
+from erasure.writer import ArchiveUpload
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Damage:
+    part: ScannedPart
+    rebuild: list[int]             # fragment indexes to rebuild
+    reasons: dict[int, str]
+    layout: PartLayout | None = None  # from the repair queue, when there is a record
+
+
+@dataclass
+class RepairReport:
+    fixed: list[tuple[str, dict[int, str]]] = field(default_factory=list)  # part, index -> node
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    unrecoverable: list[tuple[str, str]] = field(default_factory=list)
+    healthy: int = 0
+    unreachable: list[str] = field(default_factory=list)
+    deferred: list[tuple[str, int, str]] = field(default_factory=list)  # part, index, node
+
+
+async def find_damage(cluster: ErasureCluster, prefix: str = "", *, deep: bool = False,
+                      include_unreachable: bool = False,
+                      progress: Callable[[int, int], None] | None = None) -> tuple[
+                          list[Damage], RepairReport]:
+    """Parts needing repair. A fragment not found whose node could not be listed is probably
+    just on a node that is down for now: it is only rebuilt (elsewhere) when the repair queue
+    names it or `include_unreachable` says the node is gone for good."""
+    report = RepairReport()
+    parts = await cluster.scan(prefix)
+    report.unreachable = list(cluster.unreachable)
+    records = {r.layout.part_uid: r for r in cluster.repair_queue.records()
+               if r.layout.part_uid.startswith(prefix)}
+    damaged: list[Damage] = []
+    for n, p in enumerate(parts):
+        rec = records.pop(p.part_uid, None)
+        expected = rec.layout.placement if rec else dict(
+            enumerate(cluster.placement.primary(p.part_uid)))
+        reasons = {}
+        for i in range(p.scheme.n):
+            if i in p.fragments:
+                continue
+            node = expected.get(i, "")
+            if node in report.unreachable and not include_unreachable and not (
+                    rec and i in rec.indexes):
+                report.deferred.append((p.part_uid, i, node))
+            else:
+                reasons[i] = "missing"
+        if rec:
+            for i in rec.indexes:
+                reasons.setdefault(i, rec.reason)
+        if deep:
+            for i, nodes in p.fragments.items():
+                if i not in reasons and not await _verify(cluster, p, i, nodes[0]):
+                    reasons[i] = f"corrupt on {nodes[0]}"
+        if progress:
+            progress(n + 1, len(parts))
+        if not reasons:
+            report.healthy += not any(d[0] == p.part_uid for d in report.deferred)
+            continue
+        if len(set(p.fragments) - set(reasons)) < p.scheme.k:
+            report.unrecoverable.append((p.part_uid, f"only {len(p.fragments)} fragments "
+                                         f"found, {p.scheme.k} needed"))
+            continue
+        damaged.append(Damage(p, sorted(reasons), reasons, rec.layout if rec else None))
+    for uid in records:  # queued parts that no reachable node holds any more (deleted)
+        if not report.unreachable:
+            cluster.repair_queue.done(uid)
+    return damaged, report
+
+
+async def _verify(cluster: ErasureCluster, p: ScannedPart, index: int, node: str) -> bool:
+    """Read an archive through; the node checks every chunk's CRC and cuts a bad stream."""
+    client = cluster.clients[node]
+    try:
+        async with client.get(archive_id(p.part_uid, index)) as r:
+            left = r.expected
+            while left:
+                n = min(left, 1 << 20)
+                await r.read_exactly(n)
+                left -= n
+        return True
+    except NodeError:
+        return False
+
+
+def _targets(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
+    p = d.part
+    holders = {nodes[0] for i, nodes in p.fragments.items() if i not in d.rebuild}
+    wanted = d.layout.placement if d.layout else dict(enumerate(cluster.placement.primary(
+        p.part_uid)))
+    down = cluster.down_nodes()
+    out: dict[int, str] = {}
+    spare = cluster.placement.handoffs(p.part_uid, holders, down)
+    for i in d.rebuild:
+        here = p.fragments.get(i, [])
+        node = here[0] if here else wanted.get(i)
+        if node is None or node in down or node in holders or node in out.values():
+            node = next(spare, None)
+            if node is None:
+                raise ValueError(f"no node left to hold fragment {i}")
+        out[i] = node
+        holders.add(node)
+    return out
+
+
+async def rebuild(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
+    """Rebuild d.rebuild; returns index -> node written. Tries other sources if one fails."""
+    p = d.part
+    bad_sources: set[tuple[int, str]] = set()
+    last: Exception | None = None
+    for _ in range(p.scheme.m + 1):
+        sources = [(i, nodes[0]) for i, nodes in sorted(p.fragments.items())
+                   if i not in d.rebuild and (i, nodes[0]) not in bad_sources]
+        if len(sources) < p.scheme.k:
+            break
+        try:
+            return await _rebuild_once(cluster, d, sources[:p.scheme.k])
+        except _SourceFailed as e:
+            bad_sources.add(e.source)
+            last = e
+    raise RuntimeError(f"part {p.part_uid}: not enough readable fragments ({last})")
+
+
+class _SourceFailed(Exception):
+    def __init__(self, source: tuple[int, str], why: str) -> None:
+        super().__init__(f"f{source[0]:02d} on {source[1]}: {why}")
+        self.source = source
+
+
+async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[int, str]]
+                        ) -> dict[int, str]:
+    p = d.part
+    codec = cluster.codec_for(p.scheme)
+    alen = codec.archive_length(p.length)
+    targets = _targets(cluster, d)
+    readers: list[tuple[tuple[int, str], RecordReader]] = []
+    sinks: dict[int, ArchiveUpload] = {}
+    try:
+        for src in sources:
+            r = cluster.clients[src[1]].get(archive_id(p.part_uid, src[0]))
+            try:
+                await r.__aenter__()
+            except NodeError as e:
+                raise _SourceFailed(src, str(e)) from e
+            readers.append((src, r))
+        meta = json.loads(readers[0][1].head.meta)
+        for i, node in targets.items():
+            s = sinks[i] = ArchiveUpload(i, cluster.clients[node])
+            s.meta = json.dumps({**meta, "index": i}, separators=(",", ":"),
+                                sort_keys=True).encode()
+            s.start(archive_id(p.part_uid, i), alen, _stream_of(meta))
+        order = sorted(targets)
+        for seg in range(codec.segment_count(p.length)):
+            fsize = codec.fragment_size(codec.segment_length(p.length, seg))
+            frags = []
+            for src, r in readers:
+                try:
+                    frags.append(await r.read_exactly(fsize))
+                except NodeError as e:
+                    raise _SourceFailed(src, str(e)) from e
+            try:
+                rebuilt = codec.reconstruct(frags, order)
+            except CodecError as e:
+                raise _SourceFailed(readers[0][0], str(e)) from e
+            by_index = {codec.fragment_index(f): f for f in rebuilt}
+            await asyncio.gather(*(s.feed(by_index[i], cluster.node_timeout)
+                                   for i, s in sinks.items()))
+            failed = [f"{i}: {s.error}" for i, s in sinks.items() if not s.alive]
+            if failed:
+                raise RuntimeError(f"writing rebuilt fragments failed: {failed}")
+        await asyncio.gather(*(s.feed(None, cluster.node_timeout) for s in sinks.values()))
+        await asyncio.wait([s.task for s in sinks.values()])
+        failed = [f"{i}: {s.error}" for i, s in sinks.items() if not s.alive]
+        if failed:
+            raise RuntimeError(f"writing rebuilt fragments failed: {failed}")
+        return targets
+    except BaseException:
+        for s in sinks.values():
+            if s.task and not s.task.done():
+                s.task.cancel()
+        await asyncio.gather(*(s.task for s in sinks.values() if s.task), return_exceptions=True)
+        raise
+    finally:
+        for _, r in readers:
+            await r.__aexit__(None, None, None)
+
+
+def _stream_of(meta: dict) -> str:
+    return str(meta.get("stream") or "repair")
+
+
+async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = False,
+                 include_unreachable: bool = False, dry_run: bool = False, on_found: Callable[[int], None] | None = None,
+                 on_done: Callable[[str, dict[int, str] | str], None] | None = None
+                 ) -> RepairReport:
+    damaged, report = await find_damage(cluster, prefix, deep=deep,
+                                        include_unreachable=include_unreachable)
+    if on_found:
+        on_found(len(damaged))
+    for d in damaged:
+        if dry_run:
+            report.failed.append((d.part.part_uid, f"would rebuild {d.rebuild} (dry run)"))
+            continue
+        try:
+            written = await rebuild(cluster, d)
+        except (NodeError, RuntimeError, ValueError, CodecError) as e:
+            report.failed.append((d.part.part_uid, str(e)))
+            if on_done:
+                on_done(d.part.part_uid, str(e))
+            continue
+        cluster.repair_queue.done(d.part.part_uid)
+        report.fixed.append((d.part.part_uid, written))
+        if on_done:
+            on_done(d.part.part_uid, written)
+    return report

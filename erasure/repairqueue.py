@@ -1,0 +1,66 @@
+"""Records of parts that need repair: one small JSON file per part under `<state_dir>/repair/`.
+
+Writers add one when a write succeeds without every fragment; readers add one when they meet a
+missing or corrupt fragment. `zonegate repair` reads them (besides scanning the nodes) and
+removes each once the part is whole again. Files are replaced atomically, so an interrupted
+repair or a crash leaves either the old record or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from erasure.layout import PartLayout
+
+
+@dataclass
+class RepairRecord:
+    layout: PartLayout
+    indexes: list[int]     # fragments to rebuild
+    reason: str
+    since: float
+
+
+class RepairQueue:
+    def __init__(self, state_dir: str | Path) -> None:
+        self.dir = Path(state_dir) / "repair"
+
+    def _path(self, part_uid: str) -> Path:
+        return self.dir / f"{part_uid}.json"
+
+    def add(self, layout: PartLayout, indexes: list[int], reason: str) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        old = self.get(layout.part_uid)
+        merged = sorted(set(indexes) | (set(old.indexes) if old else set()))
+        rec = {"layout": layout.to_dict(), "indexes": merged,
+               "reason": reason if not old else f"{old.reason}; {reason}",
+               "since": old.since if old else time.time()}
+        p = self._path(layout.part_uid)
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rec, sort_keys=True))
+        tmp.replace(p)
+
+    def get(self, part_uid: str) -> RepairRecord | None:
+        try:
+            d = json.loads(self._path(part_uid).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return RepairRecord(PartLayout.from_dict(d["layout"]), list(d["indexes"]),
+                            d.get("reason", ""), float(d.get("since", 0)))
+
+    def records(self) -> list[RepairRecord]:
+        if not self.dir.is_dir():
+            return []
+        out = []
+        for p in sorted(self.dir.glob("*.json")):
+            rec = self.get(p.name[:-len(".json")])
+            if rec is not None:
+                out.append(rec)
+        return out
+
+    def done(self, part_uid: str) -> None:
+        self._path(part_uid).unlink(missing_ok=True)

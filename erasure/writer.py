@@ -1,0 +1,165 @@
+"""Write one part: encode it segment by segment and stream the k+m archives to their nodes.
+
+Each archive has a bounded queue (a few fragments) feeding a streamed PUT, so memory stays at a
+few segments whatever the part's size and a slow node slows the writer down (back-pressure) —
+until it makes no progress for the node timeout, then it counts as failed. A node that fails
+mid-write is dropped; as long as the write quorum holds the write succeeds, and the missing
+indexes go into the layout and the repair queue. Below quorum, every archive of the part is
+cancelled or deleted and QuorumError is raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterable, Callable
+from typing import TYPE_CHECKING, Any
+
+import crc32c
+
+from erasure.codec import segments
+from erasure.errors import QuorumError
+from erasure.layout import PartLayout, PartResult, archive_id, archive_meta
+from erasure.nodeclient import NodeClient, NodeError, NodeUnavailable
+from zonestore.ids import validate_record_id
+
+if TYPE_CHECKING:
+    from erasure.cluster import ErasureCluster
+
+log = logging.getLogger(__name__)
+QUEUE_DEPTH = 4  # fragments in flight per archive
+
+
+class ArchiveUpload:
+    """One archive's upload: a bounded queue feeding a streamed PUT."""
+
+    def __init__(self, index: int, client: NodeClient) -> None:
+        self.index = index
+        self.client = client
+        self.q: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUE_DEPTH)
+        self.task: asyncio.Task | None = None
+        self.error: BaseException | None = None
+        self.meta: bytes | None = None
+
+    async def _body(self):
+        while True:
+            item = await self.q.get()
+            if item is None:
+                return
+            yield item
+
+    def start(self, record_id: str, length: int, stream: str) -> None:
+        self.task = asyncio.create_task(self.client.put(
+            record_id, self._body(), length=length, stream=stream, meta=lambda: self.meta or b""))
+        self.task.add_done_callback(self._done)
+
+    def _done(self, t: asyncio.Task) -> None:
+        if t.cancelled():
+            self.error = self.error or asyncio.CancelledError()
+        elif t.exception() is not None:
+            self.error = t.exception()
+        # a feeder blocked on a full queue must not wait for a consumer that is gone
+        while not self.q.empty():
+            self.q.get_nowait()
+
+    @property
+    def alive(self) -> bool:
+        t = self.task
+        return self.error is None and t is not None and not (
+            t.done() and (t.cancelled() or t.exception() is not None))
+
+    async def feed(self, item: bytes | None, stall: float) -> None:
+        if not self.alive or self.task.done():
+            return
+        try:
+            self.q.put_nowait(item)
+            return
+        except asyncio.QueueFull:
+            pass
+        try:
+            await asyncio.wait_for(self.q.put(item), stall)
+        except TimeoutError:
+            self.error = NodeUnavailable(self.client.id, 0, "stalled",
+                                         f"no progress for {stall} s")
+            self.client.up = False
+            self.task.cancel()
+
+
+async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable[bytes], *,
+                     length: int, stream: str, meta: Callable[[PartResult], dict[str, Any]]
+                     ) -> PartLayout:
+    codec, scheme = cluster.codec, cluster.scheme
+    validate_record_id(archive_id(part_uid, scheme.n - 1))
+    if length < 0:
+        raise ValueError(f"negative part length {length}")
+    targets = cluster.targets(part_uid)
+    timeout = cluster.node_timeout
+    sinks = {i: ArchiveUpload(i, cluster.clients[nid]) for i, nid in enumerate(targets) if nid}
+    if len(sinks) < cluster.write_quorum:
+        raise QuorumError(f"part {part_uid}: only {len(sinks)} nodes are up, "
+                          f"the write quorum is {cluster.write_quorum}")
+    alen = codec.archive_length(length)
+    for i, s in sinks.items():
+        s.start(archive_id(part_uid, i), alen, stream)
+
+    def check_quorum() -> None:
+        alive = sum(s.alive for s in sinks.values())
+        if alive < cluster.write_quorum:
+            errors = "; ".join(str(s.error) for s in sinks.values() if s.error)
+            raise QuorumError(f"part {part_uid}: {alive} of {scheme.n} fragment writes left, "
+                              f"below the write quorum {cluster.write_quorum}: {errors}")
+
+    total, crc = 0, 0
+    try:
+        async for seg in segments(body, scheme.segment_size):
+            total += len(seg)
+            if total > length:
+                raise ValueError(f"part body is longer than its announced {length} bytes")
+            crc = crc32c.crc32c(seg, crc)
+            frags = codec.encode(seg)
+            await asyncio.gather(*(s.feed(frags[i], timeout) for i, s in sinks.items()))
+            check_quorum()
+        if total != length:
+            raise ValueError(f"part body ended after {total} of its announced {length} bytes")
+        result = PartResult(part_uid, length, crc, scheme)
+        caller = meta(result)
+        for i, s in sinks.items():
+            s.meta = archive_meta(result, i, caller, stream)
+        await asyncio.gather(*(s.feed(None, timeout) for s in sinks.values()))
+        await asyncio.wait([s.task for s in sinks.values()])
+        check_quorum()
+    except BaseException as e:
+        await _abort(cluster, part_uid, sinks)
+        if isinstance(e, NodeError):
+            raise QuorumError(str(e)) from e
+        raise
+    missing = sorted(set(range(scheme.n)) - {i for i, s in sinks.items() if s.alive})
+    primary = cluster.placement.primary(part_uid)
+    layout = PartLayout(part_uid, length, scheme,
+                        {i: targets[i] or primary[i] for i in range(scheme.n)}, missing, crc)
+    cluster.stats["parts_written"] += 1
+    if missing:
+        cluster.stats["degraded_writes"] += 1
+        reasons = "; ".join(f"f{i:02d}: {sinks[i].error if i in sinks else 'no node up'}"
+                            for i in missing)
+        log.warning("part %s written without fragments %s: %s", part_uid, missing, reasons)
+        cluster.repair_queue.add(layout, missing, f"write: {reasons}")
+    return layout
+
+
+async def _abort(cluster: ErasureCluster, part_uid: str, sinks: dict[int, ArchiveUpload]) -> None:
+    """Cancel the uploads, then delete whatever archive a node may already have committed."""
+    for s in sinks.values():
+        if s.task and not s.task.done():
+            s.task.cancel()
+    await asyncio.gather(*(s.task for s in sinks.values() if s.task), return_exceptions=True)
+
+    async def rm(s: ArchiveUpload) -> None:
+        try:
+            await s.client.delete(archive_id(part_uid, s.index))
+        except NodeError as e:
+            # the node is gone: if it committed before dying, repair's scan reports the orphan
+            log.warning("could not delete %s on %s: %s", archive_id(part_uid, s.index),
+                        s.client.id, e)
+
+    await asyncio.shield(asyncio.gather(*(rm(s) for s in sinks.values())))

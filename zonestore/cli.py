@@ -49,6 +49,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     info.add_argument("--json", action="store_true")
     info.set_defaults(func=cmd_info)
 
+    fsck = dsub.add_parser(
+        "fsck", help="rebuild a drive's index from its zones and compare it with the live one")
+    fsck.add_argument("path")
+    fsck.add_argument("--index", default=None,
+                      help="index file (default: PATH/index.sqlite for emulated drives)")
+    fsck.add_argument("--rebuild", action="store_true",
+                      help="replace the live index by the rebuilt one (drive must not be in use)")
+    fsck.add_argument("--quiet", action="store_true", help="no progress bar")
+    fsck.set_defaults(func=cmd_fsck)
+
 
 def cmd_create(args: argparse.Namespace) -> int:
     g = Geometry(
@@ -81,3 +91,41 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"max active {info.max_active_zones}")
     print("zones by condition: " + ", ".join(f"{k} {v}" for k, v in sorted(conds.items())))
     return 0
+
+
+def cmd_fsck(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from zonestore.fsck import fsck
+
+    index = args.index
+    if index is None:
+        if not Path(args.path).is_dir():
+            print(f"{args.path}: a block device needs --index PATH", file=sys.stderr)
+            return 2
+        index = Path(args.path) / "index.sqlite"
+    with open_device(args.path) as dev:
+        if args.quiet:
+            diffs, stats = fsck(dev, index, rebuild=args.rebuild)
+        else:
+            with Progress(TextColumn("scanning zones"), BarColumn(), DownloadColumn(),
+                          TimeRemainingColumn(), transient=True) as bar:
+                task = bar.add_task("scan", total=None)
+                diffs, stats = fsck(dev, index, rebuild=args.rebuild,
+                                    progress=lambda done, total: bar.update(
+                                        task, completed=done, total=total))
+    print(f"scanned {stats.zones_scanned} zones, {stats.bytes_scanned / MiB:.1f} MiB: "
+          f"{stats.records} records, {stats.applied} indexed, {stats.incomplete} incomplete "
+          f"puts (garbage), {stats.damaged} damaged regions")
+    for d in diffs:
+        print(f"  {d}")
+    if not diffs:
+        print("index matches the zones")
+        return 0
+    if args.rebuild:
+        print(f"{len(diffs)} differences; index replaced by the rebuilt one")
+        return 0
+    print(f"{len(diffs)} differences; run with --rebuild to replace the index")
+    return 1

@@ -70,10 +70,12 @@ class Captured:
         return c
 
 
+_SESSION = botocore.session.get_session()  # one session: its loaded service models are reused
+
+
 def make_client(endpoint: str = "http://127.0.0.1:9000", sigver: str = "s3v4",
                 secret: str = SK, access_key: str = AK, region: str = "us-east-1"):
-    session = botocore.session.get_session()
-    return session.create_client(
+    return _SESSION.create_client(
         "s3", region_name=region, endpoint_url=endpoint, aws_access_key_id=access_key,
         aws_secret_access_key=secret,
         config=Config(signature_version=sigver, s3={"addressing_style": "path"},

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 from erasure import cli as erasure_cli
 from gateway import dev as gateway_dev
+from gateway import recover as gateway_recover
+from gateway import serve as gateway_serve
 from zonestore import cli as zonestore_cli
 
 
@@ -20,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     zonestore_cli.register(sub)
     erasure_cli.register(sub)
     gateway_dev.register(sub)
+    gateway_serve.register(sub)
+    gateway_recover.register(sub)
     return parser
 
 

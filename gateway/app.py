@@ -1,0 +1,299 @@
+"""The S3 app: `create_app(config)` builds a starlette app that routes every S3 request.
+
+Path-style (`/bucket/key`) and virtual-host-style (`bucket.<domain>/key`) addressing; dispatch
+on method plus query subresources; every error becomes S3's XML body with a request id, and
+an unexpected exception becomes a bare InternalError (logged here, never sent to the client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote_to_bytes
+
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway import auth
+from gateway.auth import StaticCredentials
+from gateway.errors import S3Error, error_xml
+from gateway.metadata import MetadataStore, open_store
+from gateway.ops import buckets, copy, listing, multipart, objects, service
+from gateway.ops.common import S3Request, new_request_id
+from gateway.storage import Storage
+
+log = logging.getLogger("zonegate.gateway")
+
+Handler = Callable[[S3Request], Awaitable[Response]]
+
+# Query parameters that name an S3 subresource; any we do not handle is NotImplemented.
+SUBRESOURCES = {
+    "accelerate", "acl", "analytics", "attributes", "cors", "delete", "encryption",
+    "intelligent-tiering", "inventory", "legal-hold", "lifecycle", "location", "logging",
+    "metadata", "metrics", "notification", "object-lock", "ownershipControls", "policy",
+    "policyStatus", "publicAccessBlock", "replication", "requestPayment", "restore",
+    "retention", "select", "tagging", "torrent", "uploadId", "uploads", "versioning",
+    "versions", "website", "renameObject", "session",
+}
+SWEEP_INTERVAL = 60.0
+ABANDONED_UPLOAD_AGE = 7 * 24 * 3600.0
+
+
+class Gateway:
+    """Process-wide state: config, users, metadata store, storage, background sweeper."""
+
+    def __init__(self, config: Any, store: MetadataStore | None = None,
+                 storage: Storage | None = None) -> None:
+        self.config = config
+        gw: dict[str, Any] = dict(getattr(config, "gateway", None) or {})
+        self.region = str(gw.get("region") or "us-east-1")
+        self.domains = [str(d).lower() for d in (gw.get("domains") or ["localhost"])]
+        self.users = {u.access_key: u for u in getattr(config, "users", ())}
+        self.upload_ttl = float(gw.get("abandoned_upload_seconds", ABANDONED_UPLOAD_AGE))
+        meta_path = gw.get("metadata") or "data/gateway/meta.sqlite"
+        self.store = store or open_store(str(meta_path))
+        self.storage = storage or Storage.from_config(config)
+        self._sweeper: asyncio.Task | None = None
+        self._kick = asyncio.Event()
+
+    def kick_sweeper(self) -> None:
+        """Wake the sweeper: a commit just queued fragments to delete."""
+        self._kick.set()
+
+    async def start(self) -> None:
+        await self.storage.start()
+        self._sweeper = asyncio.create_task(self._sweep_loop())
+
+    async def close(self) -> None:
+        if self._sweeper:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._sweeper
+        await self.storage.close()
+        self.store.close()
+
+    async def sweep_once(self) -> int:
+        """Abort abandoned uploads, then delete queued orphan fragments. Returns parts freed."""
+        import time
+        for upload_id in self.store.stale_uploads(time.time() - self.upload_ttl):
+            self.store.abort_upload(upload_id)
+        return await self.storage.sweep_orphans(self.store)
+
+    async def _sweep_loop(self) -> None:
+        # The first pass runs at start: fragments queued before a crash go soon after restart.
+        while True:
+            try:
+                await self.sweep_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("orphan sweep failed; will retry")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), SWEEP_INTERVAL)
+            self._kick.clear()
+
+
+def _split_host(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host.split("]")[0] + "]"
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def parse_target(gw: Gateway, request: Request) -> tuple[str, str]:
+    """(bucket, key) from the Host header and the raw (still percent-encoded) path."""
+    raw = request.scope.get("raw_path") or request.scope["path"].encode()
+    try:
+        path = unquote_to_bytes(raw.split(b"?", 1)[0]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise S3Error("InvalidURI") from None
+    host = _split_host(request.headers.get("host", ""))
+    bucket = ""
+    for dom in gw.domains:
+        if host.endswith("." + dom):
+            bucket = host[: -len(dom) - 1]
+            break
+    if bucket:
+        return bucket, path[1:] if path.startswith("/") else path
+    p = path[1:] if path.startswith("/") else path
+    b, _, key = p.partition("/")
+    return b, key
+
+
+def parse_query_pairs(qs: bytes) -> list[tuple[str, str]]:
+    try:
+        return parse_qsl(qs.decode("latin-1"), keep_blank_values=True, encoding="utf-8",
+                         errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        raise S3Error("InvalidURI") from None
+
+
+def parse_query(request: Request) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in parse_query_pairs(request.scope.get("query_string", b"")):
+        out.setdefault(k, v)
+    return out
+
+
+def route(req: S3Request) -> Handler:
+    """Pick the operation for method + subresources."""
+    m, q = req.method, req.query
+    subs = {k for k in q if k in SUBRESOURCES}
+    if not req.bucket:
+        if m in ("GET", "HEAD"):
+            return service.list_buckets
+        raise S3Error("MethodNotAllowed", ResourceType="SERVICE", Method=m)
+    if not req.key:
+        table: dict[tuple[str, frozenset], Handler] = {
+            ("PUT", frozenset()): buckets.create_bucket,
+            ("HEAD", frozenset()): buckets.head_bucket,
+            ("DELETE", frozenset()): buckets.delete_bucket,
+            ("GET", frozenset({"location"})): buckets.get_location,
+            ("GET", frozenset({"versioning"})): buckets.get_versioning,
+            ("GET", frozenset({"uploads"})): multipart.list_uploads,
+            ("GET", frozenset({"versions"})): listing.list_versions,
+            ("POST", frozenset({"delete"})): objects.delete_objects,
+        }
+        if m == "GET" and not subs:
+            return listing.list_objects_v2 if q.get("list-type") == "2" else listing.list_objects
+        h = table.get((m, frozenset(subs)))
+        if h is None:
+            if not subs and m in ("POST",):
+                raise S3Error("MethodNotAllowed", ResourceType="BUCKET", Method=m)
+            raise S3Error("NotImplemented")
+        return h
+    copying = "x-amz-copy-source" in req.headers
+    if m == "PUT" and subs == {"uploadId"} and "partNumber" in q:
+        return multipart.upload_part_copy if copying else multipart.upload_part
+    table = {
+        ("GET", frozenset()): objects.get_object,
+        ("HEAD", frozenset()): objects.head_object,
+        ("DELETE", frozenset()): objects.delete_object,
+        ("POST", frozenset({"uploads"})): multipart.create_upload,
+        ("POST", frozenset({"uploadId"})): multipart.complete_upload,
+        ("GET", frozenset({"uploadId"})): multipart.list_parts,
+        ("DELETE", frozenset({"uploadId"})): multipart.abort_upload,
+    }
+    if m == "PUT" and not subs:
+        return copy.copy_object if copying else objects.put_object
+    h = table.get((m, frozenset(subs)))
+    if h is None:
+        if not subs and m not in ("GET", "HEAD", "PUT", "DELETE"):
+            raise S3Error("MethodNotAllowed", ResourceType="OBJECT", Method=m)
+        raise S3Error("NotImplemented")
+    return h
+
+
+def _credentials(gw: Gateway) -> StaticCredentials:
+    creds = getattr(gw, "_creds", None)
+    if creds is None:
+        creds = StaticCredentials.from_config(
+            [{"name": u.name, "access_key": u.access_key, "secret_key": u.secret_key}
+             for u in gw.users.values()])
+        gw._creds = creds  # type: ignore[attr-defined]
+    return creds
+
+
+async def authenticate(req: S3Request) -> None:
+    """Verify the signature (SigV4/V2, header or query). Anonymous requests are denied: no
+    bucket policies exist to allow them. The body is verified later, as it streams."""
+    request = req.request
+    raw_path = (request.scope.get("raw_path") or request.scope["path"].encode()).decode("latin-1")
+    raw_path = raw_path.split("?", 1)[0]
+    query = parse_query_pairs(request.scope.get("query_string", b""))
+    virtual = bool(req.bucket) and not raw_path.startswith("/" + req.bucket)
+    res = auth.authenticate(request.method, raw_path, query, request.headers,
+                            _credentials(req.gw),
+                            resource_prefix="/" + req.bucket if virtual else "")
+    if res.user is None:
+        raise S3Error("AccessDenied")
+    req.user = res.user
+    req.auth = res
+
+
+def _base_headers(request_id: str) -> dict[str, str]:
+    return {"x-amz-request-id": request_id, "x-amz-id-2": request_id, "Server": "ZoneGate"}
+
+
+def error_response(err: S3Error, request_id: str, method: str, resource: str) -> Response:
+    headers = _base_headers(request_id)
+    if method == "HEAD" or err.status == 304:
+        # HEAD errors and 304 carry no body.
+        return Response(b"", status_code=err.status, headers=headers)
+    body = error_xml(err, request_id, resource=resource)
+    return Response(body, status_code=err.status, headers=headers, media_type="application/xml")
+
+
+async def _drain(request: Request, limit: int = 1 << 20) -> bool:
+    """After an early error, read a small unread body so the connection stays usable.
+    Returns True when body bytes may remain (then the connection must be closed: the client
+    may still send them, or, after `Expect: 100-continue`, may never send them)."""
+    cl = request.headers.get("content-length")
+    chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
+    if not chunked and (cl is None or cl == "0"):
+        return False
+    if getattr(request, "_stream_consumed", False):
+        return False
+    if request.headers.get("expect", "").lower() == "100-continue":
+        return True  # uvicorn sent no 100 Continue: the client has not sent the body
+    n = 0
+    try:
+        async for chunk in request.stream():
+            n += len(chunk)
+            if n > limit:
+                return True
+    except Exception:
+        return True
+    return False
+
+
+def create_app(config_path_or_config: Any) -> Starlette:
+    """The S3 starlette app for a cluster config (a path to the TOML, or a ClusterConfig)."""
+    config = config_path_or_config
+    if isinstance(config, str | os.PathLike):
+        from erasure.config import ClusterConfig
+        config = ClusterConfig.load(Path(config))
+    gw = Gateway(config)
+
+    async def endpoint(request: Request) -> Response:
+        rid = new_request_id()
+        resource = "/"
+        try:
+            bucket, key = parse_target(gw, request)
+            resource = "/" + bucket + ("/" + key if key else "") if bucket else "/"
+            req = S3Request(request, gw, rid, bucket, key, parse_query(request))
+            await authenticate(req)
+            handler = route(req)
+            resp = await handler(req)
+        except S3Error as e:
+            resp = error_response(e, rid, request.method, resource)
+            if await _drain(request):
+                resp.headers["Connection"] = "close"
+            return resp
+        except ClientDisconnect:
+            return error_response(S3Error("IncompleteBody"), rid, request.method, resource)
+        except Exception:
+            log.exception("internal error on %s %s", request.method, resource)
+            return error_response(S3Error("InternalError"), rid, request.method, resource)
+        resp.headers.update(_base_headers(rid))
+        return resp
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await gw.start()
+        try:
+            yield
+        finally:
+            await gw.close()
+
+    methods = ["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS", "PATCH"]
+    app = Starlette(routes=[Route("/{path:path}", endpoint, methods=methods)], lifespan=lifespan)
+    app.state.gateway = gw
+    return app

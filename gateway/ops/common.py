@@ -1,0 +1,241 @@
+"""What every S3 operation handler shares: the parsed request, XML and header helpers, limits."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from xml.sax.saxutils import escape
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.auth import RequestBody
+from gateway.errors import S3Error
+from gateway.storage import coalesce
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
+MiB = 1024 * 1024
+MAX_PART_SIZE = 5 * 1024 * MiB
+MIN_PART_SIZE = 5 * MiB
+MAX_PARTS = 10_000
+MAX_KEY_BYTES = 1024
+MAX_USER_META = 2048
+MAX_DELETE_KEYS = 1000
+
+# Standard object headers stored with an object and returned on GET/HEAD.
+STORED_HEADERS = ("content-type", "content-encoding", "content-disposition", "content-language",
+                  "cache-control", "expires")
+HEADER_CASE = {"content-type": "Content-Type", "content-encoding": "Content-Encoding",
+               "content-disposition": "Content-Disposition",
+               "content-language": "Content-Language", "cache-control": "Cache-Control",
+               "expires": "Expires"}
+
+
+@dataclass
+class S3Request:
+    """One parsed S3 request: who, which bucket/key, the raw query, and the body stream."""
+
+    request: Request
+    gw: Gateway
+    request_id: str
+    bucket: str
+    key: str
+    query: dict[str, str]
+    user: str = ""
+    auth: Any = None          # gateway.auth.AuthResult once authenticated
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def headers(self) -> Any:
+        return self.request.headers
+
+    @property
+    def method(self) -> str:
+        return self.request.method
+
+    @property
+    def resource(self) -> str:
+        return "/" + self.bucket + ("/" + self.key if self.key else "") if self.bucket else "/"
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex[:16].upper()
+
+
+def xml_response(body: str, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    data = '<?xml version="1.0" encoding="UTF-8"?>\n' + body
+    return Response(data.encode("utf-8"), status_code=status, headers=headers,
+                    media_type="application/xml")
+
+
+def x(value: Any) -> str:
+    """Escape a text value for XML."""
+    return escape(str(value))
+
+
+def el(name: str, value: Any) -> str:
+    return f"<{name}>{x(value)}</{name}>"
+
+
+def iso8601(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
+        f"{int((ts % 1) * 1000):03d}Z"
+
+
+def http_date(ts: float) -> str:
+    return email.utils.formatdate(ts, usegmt=True)
+
+
+def parse_http_date(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        dt = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if dt is None:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def quote_etag(etag: str) -> str:
+    return f'"{etag}"'
+
+
+def strip_etag(text: str) -> str:
+    t = text.strip()
+    if t.startswith("W/"):
+        t = t[2:]
+    return t.strip('"')
+
+
+def owner_xml(name: str, tag: str = "Owner") -> str:
+    return f"<{tag}><ID>{x(name)}</ID><DisplayName>{x(name)}</DisplayName></{tag}>"
+
+
+def now() -> float:
+    return time.time()
+
+
+def stored_headers(req: S3Request) -> dict[str, str]:
+    """Standard headers to keep with an object. aws-chunked is a transfer detail: dropped."""
+    out: dict[str, str] = {}
+    for h in STORED_HEADERS:
+        v = req.headers.get(h)
+        if v is None:
+            continue
+        if h == "content-encoding":
+            parts = [p.strip() for p in v.split(",") if p.strip() and
+                     p.strip().lower() != "aws-chunked"]
+            if not parts:
+                continue
+            v = ",".join(parts)
+        out[HEADER_CASE[h]] = v
+    out.setdefault("Content-Type", "binary/octet-stream")
+    return out
+
+
+def user_metadata(req: S3Request) -> dict[str, str]:
+    meta: dict[str, str] = {}
+    size = 0
+    for name, value in req.headers.items():
+        if name.lower().startswith("x-amz-meta-"):
+            k = name[11:].lower()
+            meta[k] = value if k not in meta else meta[k] + "," + value
+            size += len(k.encode()) + len(value.encode())
+    if size > MAX_USER_META:
+        raise S3Error("MetadataTooLarge", Size=str(size), MaxSizeAllowed=str(MAX_USER_META))
+    return meta
+
+
+def object_headers(headers: dict[str, str], user_meta: dict[str, str]) -> dict[str, str]:
+    out = dict(headers)
+    for k, v in user_meta.items():
+        out["x-amz-meta-" + k] = v
+    return out
+
+
+def check_key(key: str) -> None:
+    if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        raise S3Error("KeyTooLongError", Size=str(len(key.encode("utf-8", "surrogatepass"))),
+                      MaxSizeAllowed=str(MAX_KEY_BYTES))
+
+
+def int_arg(req: S3Request, name: str, default: int, *, lo: int = 0,
+            hi: int | None = None) -> int:
+    raw = req.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        raise S3Error("InvalidArgument", f"Provided {name} not an integer or within "
+                      "integer range", ArgumentName=name, ArgumentValue=raw) from None
+    if v < lo:
+        raise S3Error("InvalidArgument", f"Argument {name} must be an integer between "
+                      f"{lo} and 2147483647", ArgumentName=name, ArgumentValue=raw)
+    if hi is not None:
+        v = min(v, hi)
+    return v
+
+
+def require_bucket(req: S3Request) -> Any:
+    """The request's bucket record; NoSuchBucket / AccessDenied as S3 answers."""
+    b = req.gw.store.get_bucket(req.bucket)
+    if b is None:
+        raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
+    if b.owner != req.user:
+        raise S3Error("AccessDenied")
+    return b
+
+
+def request_body(req: S3Request, *, max_size: int, checksum_algorithm: str | None = None,
+                 md5: bool = True) -> RequestBody:
+    """The decoded, verified payload (aws-chunked undone; length, SHA-256, Content-MD5 and
+    checksums checked as it ends). The raw stream is coalesced to ~1 MiB first so hashing
+    runs in a worker thread beside the erasure coding."""
+    body = RequestBody(req.auth, req.headers, coalesce(req.request.stream()), md5=md5,
+                       checksum_algorithm=checksum_algorithm or None, max_size=max_size)
+    return body
+
+
+async def read_small_body(req: S3Request, limit: int = 4 * MiB) -> bytes:
+    """A whole small request body (XML documents), verified; MaxMessageLengthExceeded
+    past limit."""
+    chunks: list[bytes] = []
+    n = 0
+    body = RequestBody(req.auth, req.headers, req.request.stream(), md5=False)
+    async for chunk in body:
+        n += len(chunk)
+        if n > limit:
+            raise S3Error("MaxMessageLengthExceeded")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_xml(data: bytes) -> Any:
+    """Parse an untrusted XML document (defusedxml), dropping namespaces; MalformedXML if bad."""
+    import defusedxml.ElementTree as DET
+    from defusedxml import DefusedXmlException
+    try:
+        root = DET.fromstring(data)
+    except (DET.ParseError, DefusedXmlException, ValueError):
+        raise S3Error("MalformedXML") from None
+    for e in root.iter():
+        if isinstance(e.tag, str) and "}" in e.tag:
+            e.tag = e.tag.split("}", 1)[1]
+    return root
+
+
+def notify_sweeper(req: S3Request) -> None:
+    """Freed layouts were queued in the commit: delete them now rather than at the next tick."""
+    req.gw.kick_sweeper()

@@ -1,0 +1,128 @@
+"""CopyObject, and the copy-source parsing UploadPartCopy shares.
+
+Copies stream the source through the normal upload pipeline into new fragments (no shared
+layouts, so deleting either object never touches the other's data).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+from starlette.responses import Response
+
+from gateway import checksums
+from gateway.errors import S3Error
+from gateway.metadata import ObjectRecord
+from gateway.ops.common import (
+    MAX_PART_SIZE,
+    S3_NS,
+    S3Request,
+    check_key,
+    el,
+    iso8601,
+    now,
+    quote_etag,
+    stored_headers,
+    user_metadata,
+    xml_response,
+)
+from gateway.ops.objects import (
+    check_conditions,
+    checksum_headers,
+    put_conditions,
+    store_object,
+    write_single,
+)
+from gateway.storage import CopyBody, new_version
+
+_COPY_RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
+
+
+def parse_copy_source(value: str) -> tuple[str, str]:
+    v = unquote(value.split("?", 1)[0]) if "?versionId=" in value else unquote(value)
+    if "?versionId=" in value:
+        vid = value.split("?versionId=", 1)[1]
+        if vid != "null":
+            raise S3Error("NoSuchVersion", VersionId=vid)
+    v = v.lstrip("/")
+    bucket, _, key = v.partition("/")
+    if not bucket or not key:
+        raise S3Error("InvalidArgument", "Copy Source must mention the source bucket and key: "
+                      "sourcebucket/sourcekey", ArgumentName="x-amz-copy-source",
+                      ArgumentValue=value)
+    return bucket, key
+
+
+def resolve_copy_source(req: S3Request) -> ObjectRecord:
+    """The source object of a copy, its bucket's owner checked and its conditions applied."""
+    bucket, key = parse_copy_source(req.headers["x-amz-copy-source"])
+    b = req.gw.store.get_bucket(bucket)
+    if b is None:
+        raise S3Error("NoSuchBucket", BucketName=bucket, resource="/" + bucket)
+    if b.owner != req.user:
+        raise S3Error("AccessDenied")
+    src = req.gw.store.get_object(bucket, key)
+    if src is None:
+        raise S3Error("NoSuchKey", Key=key, resource=f"/{bucket}/{key}")
+    check_conditions(src, req.headers, prefix="x-amz-copy-source-if-", copy_source=True)
+    return src
+
+
+def copy_source_range(req: S3Request, size: int) -> tuple[int, int]:
+    """(start, length) from x-amz-copy-source-range (whole object without it)."""
+    raw = req.headers.get("x-amz-copy-source-range")
+    if raw is None:
+        return 0, size
+    m = _COPY_RANGE.match(raw.strip())
+    if not m:
+        raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the "
+                      "form bytes=first-last where first and last are the zero-based offsets "
+                      "of the first and last bytes to copy", ArgumentName="x-amz-copy-source-range",
+                      ArgumentValue=raw)
+    a, b = int(m.group(1)), int(m.group(2))
+    if b < a or b >= size:
+        raise S3Error("InvalidRange", RangeRequested=raw, ActualObjectSize=str(size))
+    return a, b - a + 1
+
+
+async def copy_object(req: S3Request) -> Response:
+    from gateway.ops.common import require_bucket
+    require_bucket(req)
+    check_key(req.key)
+    src = resolve_copy_source(req)
+    directive = req.headers.get("x-amz-metadata-directive", "COPY").strip().upper()
+    if directive not in ("COPY", "REPLACE"):
+        raise S3Error("InvalidArgument", "Unknown metadata directive.",
+                      ArgumentName="x-amz-metadata-directive", ArgumentValue=directive)
+    algo = req.headers.get("x-amz-checksum-algorithm", "").strip()
+    if src.bucket == req.bucket and src.key == req.key and directive != "REPLACE" and not algo:
+        raise S3Error("InvalidRequest", "This copy request is illegal because it is trying to "
+                      "copy an object to itself without changing the object's metadata, "
+                      "storage class, website redirect location or encryption attributes.")
+    if src.size > MAX_PART_SIZE:
+        raise S3Error("InvalidRequest", "The specified copy source is larger than the maximum "
+                      "allowable size for a copy source: 5368709120")
+    if directive == "REPLACE":
+        headers, meta = stored_headers(req), user_metadata(req)
+    else:
+        headers, meta = dict(src.headers), dict(src.user_meta)
+    if algo:
+        try:
+            algo = checksums.normalize_algorithm(algo)
+        except (ValueError, KeyError, S3Error):
+            raise S3Error("InvalidRequest", "Checksum algorithm provided is unsupported.") \
+                from None
+    else:
+        algo = src.checksum.get("algorithm", "") if src.checksum.get("type") != "COMPOSITE" else ""
+    if_absent, if_version = put_conditions(req)
+    rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
+                       owner=req.user, version=new_version(), headers=headers, user_meta=meta)
+    body = CopyBody(req.gw.storage.read(src.parts, 0, src.size), src.size, algo)
+    await write_single(req, rec, body)
+    await store_object(req, rec, if_absent=if_absent, if_version=if_version)
+    ck = {k: v for k, v in rec.checksum.items() if k != "type"}
+    ck_xml = el(checksums.xml_name(ck["algorithm"]), ck["value"]) if ck else ""
+    return xml_response(f'<CopyObjectResult xmlns="{S3_NS}">{el("ETag", quote_etag(rec.etag))}'
+                        f'{el("LastModified", iso8601(rec.last_modified))}{ck_xml}'
+                        f'</CopyObjectResult>', headers=checksum_headers(ck))

@@ -1,0 +1,144 @@
+"""Listing: ListObjects (v1), ListObjectsV2, and ListObjectVersions as an unversioned store."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from urllib.parse import quote
+
+from starlette.responses import Response
+
+from gateway.errors import S3Error
+from gateway.metadata import ListPage, ObjectRecord
+from gateway.ops.common import (
+    S3_NS,
+    S3Request,
+    el,
+    int_arg,
+    iso8601,
+    owner_xml,
+    quote_etag,
+    require_bucket,
+    xml_response,
+)
+
+
+def _encoder(req: S3Request):  # noqa: ANN202 - tiny local helper
+    et = req.query.get("encoding-type")
+    if et is None or et == "":
+        return lambda s: s, ""
+    if et.lower() != "url":
+        raise S3Error("InvalidArgument", "Invalid Encoding Method specified in Request",
+                      ArgumentName="encoding-type", ArgumentValue=et)
+    return (lambda s: quote(s, safe="/-_.~")), el("EncodingType", "url")
+
+
+def _page(req: S3Request, after: str) -> tuple[ListPage, str, str, int]:
+    require_bucket(req)
+    prefix = req.query.get("prefix", "")
+    delimiter = req.query.get("delimiter", "")
+    max_keys = int_arg(req, "max-keys", 1000, hi=1000)
+    page = req.gw.store.list_objects(req.bucket, prefix, delimiter, after, max_keys)
+    return page, prefix, delimiter, max_keys
+
+
+def _contents(obj: ObjectRecord, enc, owner: bool, tag: str = "Contents",  # noqa: ANN001
+              version: bool = False) -> str:
+    v = "<VersionId>null</VersionId><IsLatest>true</IsLatest>" if version else ""
+    ck = ""
+    if obj.checksum.get("algorithm"):
+        ck = el("ChecksumAlgorithm", obj.checksum["algorithm"])
+        if obj.checksum.get("type"):
+            ck += el("ChecksumType", obj.checksum["type"])
+    return (f"<{tag}>{el('Key', enc(obj.key))}{v}"
+            f"{el('LastModified', iso8601(obj.last_modified))}"
+            f"{el('ETag', quote_etag(obj.etag))}{ck}{el('Size', obj.size)}"
+            f"{owner_xml(obj.owner) if owner else ''}<StorageClass>STANDARD</StorageClass>"
+            f"</{tag}>")
+
+
+def _prefixes(page: ListPage, enc) -> str:  # noqa: ANN001
+    return "".join(f"<CommonPrefixes>{el('Prefix', enc(p))}</CommonPrefixes>"
+                   for p in page.prefixes)
+
+
+async def list_objects(req: S3Request) -> Response:
+    enc, enc_xml = _encoder(req)
+    marker = req.query.get("marker", "")
+    page, prefix, delimiter, max_keys = _page(req, marker)
+    nxt = ""
+    if page.truncated and delimiter and page.next_marker is not None:
+        nxt = el("NextMarker", enc(page.next_marker))
+    body = (f'<ListBucketResult xmlns="{S3_NS}">{el("Name", req.bucket)}'
+            f'{el("Prefix", enc(prefix))}{el("Marker", enc(marker))}{el("MaxKeys", max_keys)}'
+            f'{el("Delimiter", enc(delimiter)) if delimiter else ""}'
+            f'{el("IsTruncated", "true" if page.truncated else "false")}{nxt}{enc_xml}'
+            + "".join(_contents(o, enc, True) for o in page.items)
+            + _prefixes(page, enc) + "</ListBucketResult>")
+    return xml_response(body)
+
+
+def _token(key: str) -> str:
+    return base64.urlsafe_b64encode(b"k1:" + key.encode("utf-8", "surrogatepass")).decode()
+
+
+def _untoken(token: str) -> str:
+    try:
+        raw = base64.urlsafe_b64decode(token.encode("ascii"))
+        if not raw.startswith(b"k1:"):
+            raise ValueError
+        return raw[3:].decode("utf-8", "surrogatepass")
+    except (ValueError, binascii.Error, UnicodeError):
+        raise S3Error("InvalidArgument", "The continuation token provided is incorrect",
+                      ArgumentName="continuation-token", ArgumentValue=token) from None
+
+
+async def list_objects_v2(req: S3Request) -> Response:
+    enc, enc_xml = _encoder(req)
+    token = req.query.get("continuation-token")
+    start_after = req.query.get("start-after", "")
+    after = _untoken(token) if token is not None else start_after
+    if token is not None and start_after > after:
+        after = start_after
+    page, prefix, delimiter, max_keys = _page(req, after)
+    owner = req.query.get("fetch-owner", "").lower() == "true"
+    parts = [f'<ListBucketResult xmlns="{S3_NS}">', el("Name", req.bucket),
+             el("Prefix", enc(prefix)), el("MaxKeys", max_keys),
+             el("KeyCount", len(page.items) + len(page.prefixes))]
+    if delimiter:
+        parts.append(el("Delimiter", enc(delimiter)))
+    parts.append(el("IsTruncated", "true" if page.truncated else "false"))
+    if token is not None:
+        parts.append(el("ContinuationToken", token))
+    if page.truncated and page.next_marker is not None:
+        parts.append(el("NextContinuationToken", _token(page.next_marker)))
+    if "start-after" in req.query:
+        parts.append(el("StartAfter", enc(start_after)))
+    parts.append(enc_xml)
+    parts += [_contents(o, enc, owner) for o in page.items]
+    parts.append(_prefixes(page, enc))
+    parts.append("</ListBucketResult>")
+    return xml_response("".join(parts))
+
+
+async def list_versions(req: S3Request) -> Response:
+    enc, enc_xml = _encoder(req)
+    key_marker = req.query.get("key-marker", "")
+    vid_marker = req.query.get("version-id-marker", "")
+    if vid_marker and not key_marker:
+        raise S3Error("InvalidArgument", "A version-id marker cannot be specified without a "
+                      "key marker.", ArgumentName="version-id-marker", ArgumentValue=vid_marker)
+    page, prefix, delimiter, max_keys = _page(req, key_marker)
+    nxt = ""
+    if page.truncated and page.next_marker is not None:
+        nxt = el("NextKeyMarker", enc(page.next_marker))
+        if page.items and page.items[-1].key == page.next_marker:
+            nxt += el("NextVersionIdMarker", "null")
+    body = (f'<ListVersionsResult xmlns="{S3_NS}">{el("Name", req.bucket)}'
+            f'{el("Prefix", enc(prefix))}{el("KeyMarker", enc(key_marker))}'
+            f'{el("VersionIdMarker", vid_marker)}{el("MaxKeys", max_keys)}'
+            f'{el("Delimiter", enc(delimiter)) if delimiter else ""}'
+            f'{el("IsTruncated", "true" if page.truncated else "false")}{nxt}{enc_xml}'
+            + "".join(_contents(o, enc, True, "Version", True) for o in page.items)
+            + _prefixes(page, enc) + "</ListVersionsResult>")
+    return xml_response(body)

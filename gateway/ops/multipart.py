@@ -1,0 +1,307 @@
+"""Multipart uploads: Create, UploadPart, UploadPartCopy, Complete, Abort, ListParts,
+ListMultipartUploads.
+
+Each part is its own erasure-coded part (uid = fresh uuid + `.p{n}`, stream hint = upload id),
+so re-uploading a part number never touches the fragments of the earlier attempt until the
+store has swapped them. Complete writes a manifest part (part 0) naming the parts in order and
+the final object metadata, so `recover-metadata` can rebuild the object from the nodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote
+
+from starlette.responses import Response
+
+from gateway import checksums
+from gateway.errors import S3Error
+from gateway.metadata import ObjectRecord, PartRecord, UploadRecord
+from gateway.ops.common import (
+    MAX_PART_SIZE,
+    MAX_PARTS,
+    MIN_PART_SIZE,
+    S3_NS,
+    S3Request,
+    check_key,
+    el,
+    int_arg,
+    iso8601,
+    notify_sweeper,
+    now,
+    owner_xml,
+    parse_xml,
+    quote_etag,
+    read_small_body,
+    request_body,
+    require_bucket,
+    stored_headers,
+    strip_etag,
+    user_metadata,
+    xml_response,
+)
+from gateway.ops.objects import (
+    body_result,
+    checksum_headers,
+    known_length,
+    object_meta,
+    store_object,
+)
+from gateway.storage import MANIFEST_PART, CopyBody, new_version, part_uid
+
+
+def _get_upload(req: S3Request) -> UploadRecord:
+    require_bucket(req)
+    up = req.gw.store.get_upload(req.query.get("uploadId", ""))
+    if up is None or up.bucket != req.bucket or up.key != req.key:
+        raise S3Error("NoSuchUpload", UploadId=req.query.get("uploadId", ""))
+    if up.owner != req.user:
+        raise S3Error("AccessDenied")
+    return up
+
+
+def _part_number(req: S3Request) -> int:
+    raw = req.query.get("partNumber", "")
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_PARTS:
+        raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, "
+                      "inclusive", ArgumentName="partNumber", ArgumentValue=raw)
+    return n
+
+
+async def create_upload(req: S3Request) -> Response:
+    require_bucket(req)
+    check_key(req.key)
+    algo = req.headers.get("x-amz-checksum-algorithm", "").strip()
+    ctype = req.headers.get("x-amz-checksum-type", "").strip().upper()
+    if algo:
+        try:
+            algo = checksums.normalize_algorithm(algo)
+        except (ValueError, KeyError, S3Error):
+            raise S3Error("InvalidRequest", "Checksum algorithm provided is unsupported.") \
+                from None
+        ctype = ctype or ("FULL_OBJECT" if algo == "CRC64NVME" else "COMPOSITE")
+        if ctype not in ("COMPOSITE", "FULL_OBJECT"):
+            raise S3Error("InvalidRequest", "Value for x-amz-checksum-type header is invalid.")
+        if ctype == "FULL_OBJECT" and algo not in checksums.CRC_ALGORITHMS:
+            raise S3Error("InvalidRequest", f"The FULL_OBJECT checksum type is not supported "
+                          f"for the {algo} algorithm.")
+        if ctype == "COMPOSITE" and algo == "CRC64NVME":
+            raise S3Error("InvalidRequest", "The COMPOSITE checksum type is not supported for "
+                          "the CRC64NVME algorithm.")
+    elif ctype:
+        raise S3Error("InvalidRequest", "The x-amz-checksum-type header can only be used with "
+                      "the x-amz-checksum-algorithm header.")
+    up = UploadRecord(upload_id=new_version(), bucket=req.bucket, key=req.key, owner=req.user,
+                      initiated=now(), headers=stored_headers(req), user_meta=user_metadata(req),
+                      checksum_algorithm=algo, checksum_type=ctype)
+    req.gw.store.create_upload(up)
+    headers = {}
+    if algo:
+        headers = {"x-amz-checksum-algorithm": algo, "x-amz-checksum-type": ctype}
+    return xml_response(
+        f'<InitiateMultipartUploadResult xmlns="{S3_NS}">{el("Bucket", req.bucket)}'
+        f'{el("Key", req.key)}{el("UploadId", up.upload_id)}</InitiateMultipartUploadResult>',
+        headers=headers)
+
+
+async def _store_part(req: S3Request, up: UploadRecord, number: int, body: Any) -> PartRecord:
+    def archive_meta(_: Any) -> dict[str, Any]:
+        size, etag, ck = body_result(body)
+        return {"kind": "part", "bucket": up.bucket, "key": up.key, "upload": up.upload_id,
+                "part": number, "part_size": size, "part_etag": etag, "checksum": ck}
+
+    layout = await req.gw.storage.write(part_uid(new_version(), number), body,
+                                        length=known_length(body), stream=up.upload_id,
+                                        meta=archive_meta)
+    size, etag, ck = body_result(body)
+    part = PartRecord(upload_id=up.upload_id, number=number, size=size, etag=etag,
+                      last_modified=now(), layout=layout, checksum=ck)
+    if not req.gw.store.put_part(part):
+        req.gw.store.queue_orphans([layout])
+        notify_sweeper(req)
+        raise S3Error("NoSuchUpload", UploadId=up.upload_id)
+    notify_sweeper(req)
+    return part
+
+
+async def upload_part(req: S3Request) -> Response:
+    number = _part_number(req)
+    up = _get_upload(req)
+    body = request_body(req, max_size=MAX_PART_SIZE, checksum_algorithm=up.checksum_algorithm)
+    known_length(body)
+    part = await _store_part(req, up, number, body)
+    return Response(b"", headers={"ETag": quote_etag(part.etag),
+                                  **checksum_headers(part.checksum)})
+
+
+async def upload_part_copy(req: S3Request) -> Response:
+    from gateway.ops.copy import copy_source_range, resolve_copy_source
+    number = _part_number(req)
+    up = _get_upload(req)
+    src = resolve_copy_source(req)
+    start, length = copy_source_range(req, src.size)
+    if length > MAX_PART_SIZE:
+        raise S3Error("InvalidRequest", "The specified copy source is larger than the maximum "
+                      "allowable size for a copy source: 5368709120")
+    body = CopyBody(req.gw.storage.read(src.parts, start, length), length,
+                    up.checksum_algorithm)
+    part = await _store_part(req, up, number, body)
+    return xml_response(f'<CopyPartResult xmlns="{S3_NS}">{el("ETag", quote_etag(part.etag))}'
+                        f'{el("LastModified", iso8601(part.last_modified))}'
+                        f'{_checksum_xml(part.checksum)}</CopyPartResult>',
+                        headers=checksum_headers(part.checksum))
+
+
+def _checksum_xml(ck: dict[str, str]) -> str:
+    if not ck or not ck.get("algorithm"):
+        return ""
+    return el(checksums.xml_name(ck["algorithm"]), ck["value"])
+
+
+async def complete_upload(req: S3Request) -> Response:
+    up = _get_upload(req)
+    root = parse_xml(await read_small_body(req, 16 * 1024 * 1024))
+    if root.tag != "CompleteMultipartUpload":
+        raise S3Error("MalformedXML")
+    listed: list[tuple[int, str, dict[str, str]]] = []
+    for p in root.findall("Part"):
+        try:
+            n = int((p.findtext("PartNumber") or "").strip())
+        except ValueError:
+            raise S3Error("MalformedXML") from None
+        cks = {c.tag[len("Checksum"):]: (c.text or "").strip() for c in p
+               if c.tag.startswith("Checksum") and c.tag != "ChecksumType"}
+        listed.append((n, strip_etag(p.findtext("ETag") or ""), cks))
+    if not listed:
+        raise S3Error("MalformedXML")
+    if len(listed) > MAX_PARTS:
+        raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000",
+                      ArgumentName="partNumber")
+    for a, b in zip(listed, listed[1:], strict=False):
+        if b[0] <= a[0]:
+            raise S3Error("InvalidPartOrder", UploadId=up.upload_id)
+    stored = {p.number: p for p in req.gw.store.list_parts(up.upload_id)}
+    parts: list[PartRecord] = []
+    for i, (n, etag, cks) in enumerate(listed):
+        p = stored.get(n)
+        if p is None or p.etag != etag:
+            raise S3Error("InvalidPart", UploadId=up.upload_id, PartNumber=str(n), ETag=etag)
+        for algo, value in cks.items():
+            mine = p.checksum.get("value") if p.checksum.get("algorithm") == algo.upper() else None
+            if mine is not None and mine != value:
+                raise S3Error("InvalidPart", UploadId=up.upload_id, PartNumber=str(n))
+        if i < len(listed) - 1 and p.size < MIN_PART_SIZE:
+            raise S3Error("EntityTooSmall", ProposedSize=str(p.size),
+                          MinSizeAllowed=str(MIN_PART_SIZE), PartNumber=str(n), ETag=etag)
+        parts.append(p)
+    md5s = [bytes.fromhex(p.etag) for p in parts]
+    etag = hashlib.md5(b"".join(md5s)).hexdigest() + f"-{len(parts)}"
+    checksum: dict[str, str] = {}
+    algo = up.checksum_algorithm
+    if algo and all(p.checksum.get("algorithm") == algo for p in parts):
+        if up.checksum_type == "FULL_OBJECT":
+            value = checksums.full_object(algo, [(p.checksum["value"], p.size) for p in parts])
+        else:
+            value = checksums.composite(algo, [p.checksum["value"] for p in parts])
+        checksum = {"algorithm": algo, "value": value, "type": up.checksum_type}
+    elif algo:
+        raise S3Error("InvalidRequest", f"The upload was created using a {algo} checksum. The "
+                      f"complete request must include the checksum for each part.")
+    rec = ObjectRecord(bucket=up.bucket, key=up.key, size=sum(p.size for p in parts), etag=etag,
+                       last_modified=now(), owner=up.owner, version=up.upload_id,
+                       headers=up.headers, user_meta=up.user_meta, checksum=checksum,
+                       parts=[{"number": p.number, "size": p.size, "etag": p.etag,
+                               "layout": p.layout, "checksum": p.checksum} for p in parts])
+    manifest = json.dumps({"object": object_meta(rec), "parts": rec.parts},
+                          separators=(",", ":")).encode()
+
+    async def one() -> AsyncIterator[bytes]:
+        yield manifest
+
+    rec.manifest = await req.gw.storage.write(
+        part_uid(up.upload_id, MANIFEST_PART), one(), length=len(manifest), stream=up.upload_id,
+        meta=lambda _: {"kind": "manifest", "upload": up.upload_id,
+                        "object": object_meta(rec)})
+    await store_object(req, rec, upload_id=up.upload_id)
+    loc = f"/{quote(up.bucket)}/{quote(up.key)}"
+    return xml_response(
+        f'<CompleteMultipartUploadResult xmlns="{S3_NS}">{el("Location", loc)}'
+        f'{el("Bucket", up.bucket)}{el("Key", up.key)}{el("ETag", quote_etag(etag))}'
+        f'{_checksum_xml(checksum)}'
+        f'{el("ChecksumType", checksum["type"]) if checksum else ""}'
+        f'</CompleteMultipartUploadResult>')
+
+
+async def abort_upload(req: S3Request) -> Response:
+    up = _get_upload(req)
+    if not req.gw.store.abort_upload(up.upload_id):
+        raise S3Error("NoSuchUpload", UploadId=up.upload_id)
+    notify_sweeper(req)
+    return Response(status_code=204)
+
+
+async def list_parts(req: S3Request) -> Response:
+    up = _get_upload(req)
+    marker = int_arg(req, "part-number-marker", 0)
+    max_parts = int_arg(req, "max-parts", 1000, hi=1000)
+    rows = req.gw.store.list_parts(up.upload_id, after=marker, limit=max_parts + 1)
+    truncated = len(rows) > max_parts
+    rows = rows[:max_parts]
+    body = [f'<ListPartsResult xmlns="{S3_NS}">', el("Bucket", up.bucket), el("Key", up.key),
+            el("UploadId", up.upload_id), owner_xml(up.owner, "Initiator"), owner_xml(up.owner),
+            "<StorageClass>STANDARD</StorageClass>", el("PartNumberMarker", marker)]
+    if rows:
+        body.append(el("NextPartNumberMarker", rows[-1].number))
+    body += [el("MaxParts", max_parts), el("IsTruncated", "true" if truncated else "false")]
+    if up.checksum_algorithm:
+        body += [el("ChecksumAlgorithm", up.checksum_algorithm),
+                 el("ChecksumType", up.checksum_type)]
+    for p in rows:
+        body.append(f"<Part>{el('PartNumber', p.number)}"
+                    f"{el('LastModified', iso8601(p.last_modified))}"
+                    f"{el('ETag', quote_etag(p.etag))}{el('Size', p.size)}"
+                    f"{_checksum_xml(p.checksum)}</Part>")
+    body.append("</ListPartsResult>")
+    return xml_response("".join(body))
+
+
+async def list_uploads(req: S3Request) -> Response:
+    from gateway.ops.listing import _encoder
+    require_bucket(req)
+    enc, enc_xml = _encoder(req)
+    prefix = req.query.get("prefix", "")
+    delimiter = req.query.get("delimiter", "")
+    key_marker = req.query.get("key-marker", "")
+    uid_marker = req.query.get("upload-id-marker", "")
+    max_uploads = int_arg(req, "max-uploads", 1000, hi=1000)
+    page = req.gw.store.list_uploads(req.bucket, prefix, delimiter, key_marker,
+                                     uid_marker if key_marker else "", max_uploads)
+    body = [f'<ListMultipartUploadsResult xmlns="{S3_NS}">', el("Bucket", req.bucket),
+            el("KeyMarker", enc(key_marker)), el("UploadIdMarker", uid_marker)]
+    if page.truncated and page.next_marker is not None:
+        body.append(el("NextKeyMarker", enc(page.next_marker)))
+        nxt_uid = page.items[-1].upload_id if page.items and \
+            page.items[-1].key == page.next_marker else ""
+        body.append(el("NextUploadIdMarker", nxt_uid))
+    body.append(el("Prefix", enc(prefix)))
+    if delimiter:
+        body.append(el("Delimiter", enc(delimiter)))
+    body += [el("MaxUploads", max_uploads),
+             el("IsTruncated", "true" if page.truncated else "false"), enc_xml]
+    for u in page.items:
+        body.append(f"<Upload>{el('Key', enc(u.key))}{el('UploadId', u.upload_id)}"
+                    f"{owner_xml(u.owner, 'Initiator')}{owner_xml(u.owner)}"
+                    f"<StorageClass>STANDARD</StorageClass>"
+                    f"{el('Initiated', iso8601(u.initiated))}"
+                    f"{el('ChecksumAlgorithm', u.checksum_algorithm) if u.checksum_algorithm else ''}"
+                    f"</Upload>")
+    body += [f"<CommonPrefixes>{el('Prefix', enc(p))}</CommonPrefixes>" for p in page.prefixes]
+    body.append("</ListMultipartUploadsResult>")
+    return xml_response("".join(body))

@@ -1,0 +1,182 @@
+"""`zonegate recover-metadata --config C`: rebuild the metadata store from the nodes alone.
+
+Every fragment archive carries the caller's meta dict (gateway/storage.py):
+- kind "object": a single-PUT object; the dict holds its whole metadata.
+- kind "manifest": written at CompleteMultipartUpload; its body (JSON) names the parts in order
+  and the final object metadata.
+- kind "part": a multipart part; used through its manifest, otherwise it belongs to an upload
+  that never completed and is skipped (queued for deletion after a grace period).
+For each (bucket, key) the newest version wins (last-modified, then version id); older ones are
+queued for deletion after a grace period. Buckets are recreated from the objects found (an empty
+bucket leaves nothing on the nodes, so it cannot come back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.metadata import BucketRecord, ObjectRecord, open_store
+
+GRACE = 24 * 3600.0  # seconds before leftovers found by recovery are deleted
+
+
+@dataclass
+class RecoveryReport:
+    objects: int = 0
+    multipart: int = 0
+    buckets: int = 0
+    superseded: int = 0
+    skipped_parts: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    unreachable_nodes: list[str] = field(default_factory=list)
+
+
+def _record(obj: dict[str, Any], parts: list[dict[str, Any]],
+            manifest: dict[str, Any] | None) -> ObjectRecord:
+    return ObjectRecord(bucket=obj["bucket"], key=obj["key"], size=int(obj["size"]),
+                        etag=obj["etag"], last_modified=float(obj["last_modified"]),
+                        owner=obj["owner"], version=obj["version"],
+                        headers=dict(obj.get("headers") or {}),
+                        user_meta=dict(obj.get("user_meta") or {}),
+                        checksum=dict(obj.get("checksum") or {}), parts=parts, manifest=manifest)
+
+
+async def _read_all(cluster: Any, layout: Any) -> bytes:
+    out = bytearray()
+    async for chunk in cluster.read_part(layout, 0, layout.length):
+        out += chunk
+    return bytes(out)
+
+
+async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
+    """Scan the nodes and write every recoverable object into the configured store."""
+    from erasure.cluster import ErasureCluster
+    gw = dict(config.gateway or {})
+    store = open_store(str(gw.get("metadata") or "data/gateway/meta.sqlite"))
+    report = RecoveryReport()
+    cluster = ErasureCluster(config, health_interval=0)
+    await cluster.start()
+    try:
+        task = progress.add_task("scanning nodes", total=None) if progress else None
+        scanned = await cluster.scan()
+        report.unreachable_nodes = list(cluster.unreachable)
+        if progress:
+            progress.update(task, total=1, completed=1,
+                            description=f"scanned nodes: {len(scanned)} parts")
+        by_uid = {p.part_uid: p for p in scanned}
+        candidates: list[ObjectRecord] = []
+        used: set[str] = set()
+        manifests = [p for p in scanned if p.meta.get("kind") == "manifest"]
+        task = progress.add_task("reading manifests", total=len(manifests)) if progress else None
+        for p in scanned:
+            if p.meta.get("kind") == "object" and "object" in p.meta:
+                if len(p.fragments) < p.scheme.k:
+                    report.unreadable.append(p.part_uid)
+                    continue
+                o = p.meta["object"]
+                lay = p.layout().to_dict()
+                candidates.append(_record(o, [{"number": 1, "size": int(o["size"]),
+                                               "etag": o["etag"], "layout": lay}], None))
+                used.add(p.part_uid)
+        for p in manifests:
+            try:
+                doc = json.loads(await _read_all(cluster, p.layout()))
+                parts = []
+                for part in doc["parts"]:
+                    uid = part["layout"]["part_uid"]
+                    found = by_uid.get(uid)
+                    if found is not None:
+                        # The nodes' current view (after repairs) beats the manifest's copy.
+                        part = {**part, "layout": found.layout().to_dict()}
+                    parts.append(part)
+                    used.add(uid)
+                candidates.append(_record(doc["object"], parts, p.layout().to_dict()))
+                used.add(p.part_uid)
+            except Exception as e:  # one bad manifest must not stop the others
+                report.unreadable.append(f"{p.part_uid}: {e}")
+            if progress:
+                progress.advance(task)
+        newest: dict[tuple[str, str], ObjectRecord] = {}
+        older: list[ObjectRecord] = []
+        for rec in candidates:
+            k = (rec.bucket, rec.key)
+            cur = newest.get(k)
+            if cur is None or (rec.last_modified, rec.version) > (cur.last_modified, cur.version):
+                if cur is not None:
+                    older.append(cur)
+                newest[k] = rec
+            else:
+                older.append(rec)
+        task = progress.add_task("writing metadata", total=len(newest)) if progress else None
+        owners: dict[str, tuple[str, float]] = {}
+        for rec in newest.values():
+            first = owners.get(rec.bucket)
+            if first is None or rec.last_modified < first[1]:
+                owners[rec.bucket] = (rec.owner, rec.last_modified)
+        region = str(gw.get("region") or "us-east-1")
+        for name, (owner, created) in sorted(owners.items()):
+            if store.get_bucket(name) is None:
+                store.create_bucket(BucketRecord(name, owner, created, region))
+                report.buckets += 1
+        for rec in newest.values():
+            existing = store.get_object(rec.bucket, rec.key)
+            if existing is None or (existing.last_modified, existing.version) < \
+                    (rec.last_modified, rec.version):
+                store.put_object(rec)
+            report.objects += 1
+            report.multipart += rec.manifest is not None
+            if progress:
+                progress.advance(task)
+        leftovers = [lay for rec in older for lay in rec.layouts()]
+        report.superseded = len(older)
+        stray = [p.layout().to_dict() for p in scanned
+                 if p.part_uid not in used and p.meta.get("kind") in ("part", "manifest")]
+        report.skipped_parts = len(stray)
+        store.queue_orphans(leftovers + stray, delay=GRACE)
+    finally:
+        await cluster.close()
+        store.close()
+    return report
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("recover-metadata",
+                       help="rebuild the gateway's metadata store from the nodes' archives")
+    p.add_argument("--config", required=True, help="cluster config (TOML)")
+    p.add_argument("--force", action="store_true",
+                   help="merge into an existing, non-empty metadata store")
+    p.set_defaults(func=cmd_recover)
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from erasure.config import ClusterConfig
+    config = ClusterConfig.load(args.config)
+    meta_path = Path(str(config.gateway.get("metadata") or "data/gateway/meta.sqlite"))
+    if meta_path.exists() and not args.force:
+        store = open_store(str(meta_path))
+        try:
+            nonempty = bool(store.list_buckets())
+        finally:
+            store.close()
+        if nonempty:
+            raise ValueError(f"metadata store {meta_path} is not empty; move it away first, "
+                             "or pass --force to merge into it")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()) as prog:
+        report = asyncio.run(recover(config, progress=prog))
+    print(f"recovered {report.objects} objects ({report.multipart} multipart) in "
+          f"{report.buckets} new buckets into {meta_path}; {report.superseded} older versions "
+          f"and {report.skipped_parts} unreferenced parts queued for deletion in "
+          f"{GRACE / 3600:.0f} h")
+    if report.unreachable_nodes:
+        print("warning: nodes not reachable (run again when they are back): "
+              + ", ".join(report.unreachable_nodes))
+    for u in report.unreadable:
+        print(f"warning: could not recover {u}")
+    return 1 if report.unreachable_nodes or report.unreadable else 0

@@ -1,0 +1,74 @@
+"""`zonegate serve --config C [--workers N]`: the S3 gateway under uvicorn.
+
+Several worker processes share the listening socket (pyeclib holds the GIL, so one process
+cannot use both cores); each opens the same SQLite metadata store (WAL) and its own node
+connections. The glibc allocator settings of the Makefile are applied by re-executing once
+with them in the environment, so the parent and every worker run with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+MALLOC_ENV = {
+    "MALLOC_TRIM_THRESHOLD_": "268435456",
+    "MALLOC_TOP_PAD_": "67108864",
+    "MALLOC_MMAP_THRESHOLD_": "268435456",
+}
+CONFIG_ENV = "ZONEGATE_CONFIG"
+
+
+def app_factory() -> Any:
+    """uvicorn's factory in each worker: the app for the config named in the environment."""
+    from gateway.app import create_app
+    return create_app(os.environ[CONFIG_ENV])
+
+
+def _listen(config_path: str, override: str | None) -> tuple[str, int]:
+    from erasure.config import ClusterConfig
+    cfg = ClusterConfig.load(config_path)
+    listen = override or str(cfg.gateway.get("listen", "127.0.0.1:9000"))
+    host, _, port = listen.rpartition(":")
+    try:
+        return host.strip("[]") or "127.0.0.1", int(port)
+    except ValueError:
+        raise ValueError(f"gateway listen address {listen!r} is not host:port") from None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="run the S3 gateway")
+    p.add_argument("--config", required=True, help="cluster config (TOML)")
+    p.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 4),
+                   help="worker processes (default: CPUs, at most 4)")
+    p.add_argument("--listen", default=None, help="host:port (default: [gateway] listen)")
+    p.add_argument("--tls-cert", default=None, help="PEM certificate: serve HTTPS")
+    p.add_argument("--tls-key", default=None, help="PEM private key for --tls-cert")
+    p.add_argument("--log-level", default="warning")
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    missing = {k: v for k, v in MALLOC_ENV.items() if k not in os.environ}
+    if missing and not os.environ.get("ZONEGATE_NO_REEXEC"):
+        env = {**os.environ, **missing, "ZONEGATE_NO_REEXEC": "1"}
+        os.execve(sys.executable, [sys.executable, "-m", "gateway.cli", *sys.argv[1:]], env)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    config_path = os.path.abspath(args.config)
+    host, port = _listen(config_path, args.listen)
+    # Validate the config and the metadata store here, so a bad file fails in one line.
+    from gateway.app import Gateway  # noqa: F401 - import errors surface before forking
+    os.environ[CONFIG_ENV] = config_path
+    import uvicorn
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    uvicorn.run("gateway.serve:app_factory", factory=True, host=host, port=port,
+                workers=max(1, args.workers), loop="uvloop", http="httptools",
+                lifespan="on", access_log=False, log_level=args.log_level,
+                ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,
+                timeout_keep_alive=75, server_header=False, date_header=True)
+    return 0

@@ -1,0 +1,187 @@
+"""Adapter from S3 semantics to `erasure.ErasureCluster`.
+
+- Part uids: `{version}.p{n}` where version is a uuid4 hex chosen per write (a single PUT is
+  part 1; a multipart upload's parts use the upload id; the multipart manifest is part 0).
+- Stream hints: the bucket for single PUTs, the upload id for multipart parts, so fragments of
+  things that die together sit together in the zones.
+- Every archive's meta dict names bucket, key, version, part number, ETag and sizes; a single
+  PUT's meta also holds the whole object metadata, so `recover-metadata` can rebuild it.
+- `ingest()` is the upload pipeline: body chunks are coalesced to ~1 MiB, hashed (MD5 and the
+  S3 checksum, in a worker thread) while the erasure layer encodes and sends them; the length,
+  Content-MD5 and checksums are verified before the body ends, so a bad upload raises inside
+  write_part and commits nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from gateway import checksums
+from gateway.errors import S3Error
+
+log = logging.getLogger("zonegate.storage")
+
+MANIFEST_PART = 0
+COALESCE = 1024 * 1024
+
+
+def new_version() -> str:
+    return uuid.uuid4().hex
+
+
+def part_uid(version: str, number: int) -> str:
+    return f"{version}.p{number}"
+
+
+def layout_to_dict(layout: Any) -> dict[str, Any]:
+    if isinstance(layout, dict):
+        return layout
+    if hasattr(layout, "to_dict"):
+        return layout.to_dict()
+    if is_dataclass(layout):
+        return asdict(layout)
+    raise TypeError(f"cannot serialise layout {layout!r}")
+
+
+async def coalesce(chunks: AsyncIterable[bytes], size: int = COALESCE) -> AsyncIterator[bytes]:
+    """Regroup a stream's small network reads into ~size-byte chunks (fewer, bigger hashing
+    and coding steps: hashing can then run in a worker thread)."""
+    buf: list[bytes] = []
+    n = 0
+    async for chunk in chunks:
+        if not chunk:
+            continue
+        buf.append(bytes(chunk))
+        n += len(chunk)
+        if n >= size:
+            yield buf[0] if len(buf) == 1 else b"".join(buf)
+            buf.clear()
+            n = 0
+    if buf:
+        yield buf[0] if len(buf) == 1 else b"".join(buf)
+
+
+class CopyBody:
+    """An internal stream (a copy source) hashed like a client body: MD5 for the ETag and an
+    optional S3 checksum; the same attributes as gateway.auth.RequestBody."""
+
+    def __init__(self, source: AsyncIterable[bytes], length: int,
+                 checksum_algorithm: str = "") -> None:
+        self._source = source
+        self.expected_size: int | None = length
+        self.size = 0
+        self.checksum_algorithm = checksum_algorithm or None
+        self._md5 = hashlib.md5()
+        self._ck = checksums.new_hasher(checksum_algorithm) if checksum_algorithm else None
+        self.md5_digest: bytes | None = None
+        self.checksum: str | None = None
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._run()
+
+    async def _run(self) -> AsyncIterator[bytes]:
+        hashers: list[Any] = [self._md5] + ([self._ck] if self._ck is not None else [])
+        feeder = checksums.ThreadedHashers(hashers)
+        try:
+            async for chunk in coalesce(self._source):
+                self.size += len(chunk)
+                await feeder.feed(chunk)
+                yield chunk
+            await feeder.finish()
+        except BaseException:
+            feeder.cancel()
+            raise
+        if self.size != self.expected_size:
+            raise S3Error("InternalError", "The copy source changed while it was read.")
+        self.md5_digest = self._md5.digest()
+        self.checksum = self._ck.b64() if self._ck is not None else None
+
+
+class Storage:
+    """Bytes of S3 parts on the erasure cluster. Layouts leave as plain dicts."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+
+    @classmethod
+    def from_config(cls, config: Any) -> Storage:
+        from erasure.cluster import ErasureCluster
+        return cls(ErasureCluster(config))
+
+    async def start(self) -> None:
+        await self.cluster.start()
+
+    async def close(self) -> None:
+        await self.cluster.close()
+
+    async def write(self, uid: str, body: AsyncIterable[bytes], *, length: int, stream: str,
+                    meta: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        from erasure.errors import ErasureError
+        try:
+            layout = await self.cluster.write_part(uid, body, length=length, stream=stream,
+                                                   meta=meta)
+        except ErasureError as e:
+            log.warning("write of %s failed: %s", uid, e)
+            raise S3Error("ServiceUnavailable", "Not enough storage nodes answered; "
+                          "nothing was stored. Please retry.") from None
+        return layout_to_dict(layout)
+
+    def _layout(self, d: dict[str, Any]) -> Any:
+        from erasure.cluster import PartLayout
+        if hasattr(PartLayout, "from_dict"):
+            return PartLayout.from_dict(d)
+        return PartLayout(**d)
+
+    async def read(self, parts: list[dict[str, Any]], offset: int, length: int
+                   ) -> AsyncIterator[bytes]:
+        """Bytes [offset, offset+length) of an object made of `parts` (in order); only the
+        parts (and, inside the erasure layer, the segments) that overlap are fetched."""
+        pos = 0
+        end = offset + length
+        for p in parts:
+            size = int(p["size"])
+            lo, hi = max(offset, pos), min(end, pos + size)
+            if lo < hi:
+                async for chunk in self.cluster.read_part(self._layout(p["layout"]), lo - pos,
+                                                          hi - lo):
+                    yield chunk
+            pos += size
+            if pos >= end:
+                break
+
+    async def delete(self, layout: dict[str, Any]) -> None:
+        await self.cluster.delete_part(self._layout(layout))
+
+    async def sweep_orphans(self, store: Any, batch: int = 100) -> int:
+        """Delete the fragments queued in the store's orphan queue; entries whose deletion
+        fails stay leased and come back later."""
+        freed = 0
+        while True:
+            entries = store.claim_orphans(batch)
+            if not entries:
+                return freed
+            done: list[int] = []
+            for e in entries:
+                try:
+                    await self.delete(e.layout)
+                    done.append(e.id)
+                    freed += 1
+                except asyncio.CancelledError:
+                    raise
+                except Exception as ex:  # a node down: try again after the lease
+                    log.warning("orphan %s not deleted yet: %s", e.layout.get("part_uid"), ex)
+            store.done_orphans(done)
+            if len(entries) < batch:
+                return freed
+
+
+async def aclose_quietly(it: Any) -> None:
+    with contextlib.suppress(Exception):
+        await it.aclose()

@@ -213,18 +213,21 @@ def etag_from_md5(md5_digest: bytes) -> str:
 # ---- hashing beside the event loop -------------------------------------------------------
 
 
-def _update_all(hashers: Sequence[Hasher], data: bytes) -> None:
+def _update_all(hashers: Sequence[Hasher], chunks: Sequence[bytes]) -> None:
     for h in hashers:
-        h.update(data)
+        for c in chunks:
+            h.update(c)
 
 
 class ThreadedHashers:
-    """Feeds each chunk to several hashers, hashing big chunks in a worker thread.
+    """Feeds chunks to several hashers, hashing in a worker thread beside the event loop.
 
-    `await feed(chunk)` waits for the previous chunk's hashing to finish (order matters) and
-    then starts this one's, returning at once, so the caller can process `chunk` (erasure
-    code it, send it) while it is hashed. The caller must not mutate `chunk` afterwards
-    (pass `bytes`). `await finish()` waits for the last update; read the hashers after it.
+    Small chunks (a web server hands out 64 KiB or less) are batched by reference, without
+    copying, until `threshold` bytes are waiting; the batch is then hashed in a thread while
+    the caller goes on (hashlib and zlib release the GIL). One batch is in flight at a time,
+    so order is kept. `await feed(chunk)` returns once the chunk is queued; the caller must not
+    mutate it afterwards (pass `bytes`). `await finish()` hashes what is left; read the
+    hashers after it. Memory held: at most two batches of about `threshold` bytes.
     """
 
     def __init__(
@@ -237,25 +240,42 @@ class ThreadedHashers:
         self.hashers = list(hashers)
         self._threshold = threshold
         self._executor = executor
+        self._batch: list[bytes] = []
+        self._batched = 0
         self._pending: asyncio.Future[None] | None = None
 
-    async def feed(self, chunk: bytes) -> None:
+    async def _flush(self) -> None:
         if self._pending is not None:
             pending, self._pending = self._pending, None
             await pending
+        if not self._batch:
+            return
+        batch, self._batch, self._batched = self._batch, [], 0
+        loop = asyncio.get_running_loop()
+        self._pending = loop.run_in_executor(self._executor, _update_all, self.hashers, batch)
+
+    async def feed(self, chunk: bytes) -> None:
         if not self.hashers or not chunk:
             return
-        if len(chunk) >= self._threshold:
-            loop = asyncio.get_running_loop()
-            self._pending = loop.run_in_executor(self._executor, _update_all, self.hashers, chunk)
-        else:
-            _update_all(self.hashers, chunk)
+        self._batch.append(chunk)
+        self._batched += len(chunk)
+        if self._batched >= self._threshold:
+            await self._flush()
 
     async def finish(self) -> None:
+        if self._batched and self._batched < 64 * 1024:
+            if self._pending is not None:
+                pending, self._pending = self._pending, None
+                await pending
+            batch, self._batch, self._batched = self._batch, [], 0
+            _update_all(self.hashers, batch)  # too little to be worth a thread hand-off
+            return
+        await self._flush()
         if self._pending is not None:
             pending, self._pending = self._pending, None
             await pending
 
     def cancel(self) -> None:
-        """Forget a pending update (on error paths); the hashers' state is then undefined."""
+        """Drop queued work (error paths); the hashers' state is then undefined."""
         self._pending = None
+        self._batch, self._batched = [], 0

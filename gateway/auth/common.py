@@ -10,7 +10,7 @@ from __future__ import annotations
 import calendar
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import mktime_tz, parsedate_tz
 
 from gateway.errors import S3Error
@@ -43,7 +43,7 @@ class AuthResult:
     method: str
     content_sha256: str = UNSIGNED_PAYLOAD
     signature: str | None = None
-    signing_key: bytes | None = None
+    signing_key: bytes | None = field(default=None, repr=False)
     scope: str | None = None
     amz_date: str | None = None
     region: str | None = None

@@ -66,6 +66,7 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
     degraded = False
 
     async def open_one(index: int, node: str, seg: int) -> _Source | None:
+        nonlocal degraded
         client = cluster.clients.get(node)
         if client is None:
             return None
@@ -80,6 +81,8 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
             await reader.__aexit__(None, None, None)
             bad[index] = f"archive on {node} has {reader.head.length} bytes"
             return None
+        if index >= k:
+            degraded = True  # decoding needs parity
         return _Source(index, node, reader)
 
     def _note(e: NodeError, index: int) -> None:

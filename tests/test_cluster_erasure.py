@@ -111,7 +111,8 @@ async def test_1gib_part_streams_in_and_out_with_bounded_memory(config: ClusterC
             peak = max(peak, rss_kib())
         assert got.hexdigest() == expected.hexdigest()
         # a few segments in flight per archive, not the part: far below the 1 GiB that moved
-        assert (peak - base) < 150 * 1024, f"RSS grew by {(peak - base) // 1024} MiB"
+        print(f"RSS growth while streaming 1 GiB in and out: {(peak - base) // 1024} MiB")
+        assert (peak - base) < 64 * 1024, f"RSS grew by {(peak - base) // 1024} MiB"
         # a 4 KiB ranged read deep inside the part
         off = 700 * MiB + 12345
         assert await read_all(cluster, layout, off, 4096) == _slice(size, 1, off, 4096)

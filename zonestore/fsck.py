@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zonestore.device import ZonedDevice
+from zonestore.device import OutOfRangeError, ZoneCondition, ZonedDevice
 from zonestore.errors import CorruptRecord
 from zonestore.index import REC, TOMB, Entry, Index
 from zonestore.record import (
@@ -45,7 +45,26 @@ class ScanStats:
     incomplete: int = 0  # COMMITs whose chunks are missing or damaged
     damaged: int = 0  # bytes regions that are neither records nor zero fill
     full_rebuild: bool = False
+    readable_end: int = 0  # where the last scan found the end of readable data
     notes: list[str] = field(default_factory=list)
+
+
+def _read_upto(device: ZonedDevice, pos: int, n: int) -> bytes:
+    """Up to n bytes at pos: fewer where the device refuses to read further (the data end
+    of a zone FINISHED before its capacity is not reported by the device)."""
+    try:
+        return device.read(pos, n)
+    except OutOfRangeError:
+        pass
+    bs = device.info.physical_block_size
+    out = bytearray()
+    while len(out) < n:
+        at = pos + len(out)
+        try:
+            out += device.read(at, min(bs - at % bs, n - len(out)))
+        except OutOfRangeError:
+            break
+    return bytes(out)
 
 
 def scan_zone(device: ZonedDevice, start: int, end: int, stats: ScanStats | None = None,
@@ -60,8 +79,10 @@ def scan_zone(device: ZonedDevice, start: int, end: int, stats: ScanStats | None
         rel = pos - buf_off
         if rel < 0 or rel + MAX_HEADER > len(buf) and buf_off + len(buf) < end:
             buf_off = pos
-            buf = device.read(pos, min(WINDOW, end - pos))
+            buf = _read_upto(device, pos, min(WINDOW, end - pos))
             rel = 0
+            if buf_off + len(buf) < end and len(buf) < min(WINDOW, end - pos):
+                end = buf_off + len(buf)  # nothing readable past here
         try:
             h = decode_header(buf, rel)
         except CorruptRecord:
@@ -97,6 +118,7 @@ def scan_zone(device: ZonedDevice, start: int, end: int, stats: ScanStats | None
         yield h, pos, payload
         pos = rec_end
     stats.bytes_scanned += end - start
+    stats.readable_end = end
 
 
 def _chunk_ok(device: ZonedDevice, chunks: dict[int, Header], h: Header, ext: Extent,
@@ -155,12 +177,20 @@ def recover(device: ZonedDevice, index: Index,
     """Bring `index` up to date with the zones (see module docstring)."""
     stats = ScanStats()
     zones = [z for z in device.report_zones() if z.is_sequential]
-    wps = {z.index: z.start + z.written for z in zones}
+    # Where each zone's data ends. A FULL zone reports its WP at the zone's end; if it was
+    # sealed (finished by the log, which indexed it first) the index knows the real end.
+    ends: dict[int, int] = {}
+    for z in zones:
+        if z.cond is ZoneCondition.FULL and z.index in index.sealed:
+            ends[z.index] = index.indexed_wp.get(z.index, 0)
+        else:
+            ends[z.index] = z.written
+    wps = {z.index: z.start + ends[z.index] for z in zones}
     # A zone behind the index was reset by reclaim after its records moved out; anything else
     # (a zone that lost data the index still points at) means the index cannot be trusted.
     for z in zones:
         iwp = index.indexed_wp.get(z.index, 0)
-        if z.written < iwp and index.live.get(z.index, 0) > 0:
+        if ends[z.index] < iwp and index.live.get(z.index, 0) > 0:
             stats.full_rebuild = True
             stats.notes.append(f"zone {z.index} is behind the index: rebuilding it")
     if stats.full_rebuild:
@@ -169,14 +199,15 @@ def recover(device: ZonedDevice, index: Index,
     tombs: list[tuple[Header, int]] = []
     chunks: dict[int, Header] = {}
     max_seq = index.max_seq
-    total = sum(max(0, z.written - index.indexed_wp.get(z.index, 0)) for z in zones)
+    total = sum(max(0, ends[z.index] - index.indexed_wp.get(z.index, 0)) for z in zones)
     done = 0
     for z in zones:
         iwp = index.indexed_wp.get(z.index, 0)
-        if z.written <= iwp:
+        if ends[z.index] <= iwp:
             continue
         stats.zones_scanned += 1
-        for h, off, payload in scan_zone(device, z.start + iwp, z.start + z.written, stats):
+        stats.readable_end = z.start + ends[z.index]
+        for h, off, payload in scan_zone(device, z.start + iwp, z.start + ends[z.index], stats):
             max_seq = max(max_seq, h.seq)
             if h.type is RecordType.DATA:
                 chunks[off + h.size] = h
@@ -185,7 +216,10 @@ def recover(device: ZonedDevice, index: Index,
                 commits.append((h, off, payload))
             else:
                 tombs.append((h, off))
-        done += z.written - iwp
+        done += ends[z.index] - iwp
+        if z.cond is ZoneCondition.FULL:
+            ends[z.index] = max(iwp, stats.readable_end - z.start)
+            wps[z.index] = z.start + ends[z.index]
         if progress:
             progress(done, total)
     entries: list[Entry] = []
@@ -200,12 +234,14 @@ def recover(device: ZonedDevice, index: Index,
     entries.sort(key=lambda e: (e.seq, e.gen))
     with index.txn():
         for z in zones:
-            if z.written < index.indexed_wp.get(z.index, 0):
+            if ends[z.index] < index.indexed_wp.get(z.index, 0):
                 index.clear_zone(z.index)
         for e in entries:
             stats.applied += index.apply(e)
         for z in zones:
-            index.set_indexed_wp(z.index, z.written)
+            index.set_indexed_wp(z.index, ends[z.index])
+            if z.cond is ZoneCondition.FULL:
+                index.seal(z.index)
         index.max_seq = max(index.max_seq, max_seq)
     return stats
 

@@ -102,6 +102,7 @@ class Index:
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.indexed_wp: dict[int, int] = {}
         self.live: dict[int, int] = {}
+        self.sealed: set[int] = set()  # FULL zones whose data ends exactly at indexed_wp
         self.db.executescript(
             """
             CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value);
@@ -111,7 +112,8 @@ class Index:
             CREATE TABLE IF NOT EXISTS dead(zone INT, id TEXT, seq INT, gen INT,
                 PRIMARY KEY(zone, id, seq, gen)) WITHOUT ROWID;
             CREATE INDEX IF NOT EXISTS dead_by_id ON dead(id);
-            CREATE TABLE IF NOT EXISTS zones(zone INT PRIMARY KEY, indexed_wp INT, live INT);
+            CREATE TABLE IF NOT EXISTS zones(zone INT PRIMARY KEY, indexed_wp INT, live INT,
+                                             sealed INT);
             """
         )
         meta = dict(self.db.execute("SELECT key, value FROM meta"))
@@ -156,8 +158,9 @@ class Index:
     def _write_state(self) -> None:
         if self._dirty:
             self.db.executemany(
-                "INSERT OR REPLACE INTO zones VALUES (?, ?, ?)",
-                [(z, self.indexed_wp.get(z, 0), self.live.get(z, 0)) for z in self._dirty],
+                "INSERT OR REPLACE INTO zones VALUES (?, ?, ?, ?)",
+                [(z, self.indexed_wp.get(z, 0), self.live.get(z, 0), int(z in self.sealed))
+                 for z in self._dirty],
             )
             self._dirty.clear()
         self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
@@ -167,9 +170,12 @@ class Index:
         self._dirty.clear()
         self.indexed_wp.clear()
         self.live.clear()
-        for z, iwp, live in self.db.execute("SELECT zone, indexed_wp, live FROM zones"):
+        self.sealed.clear()
+        for z, iwp, live, sealed in self.db.execute("SELECT * FROM zones"):
             self.indexed_wp[z] = iwp
             self.live[z] = live
+            if sealed:
+                self.sealed.add(z)
         meta = dict(self.db.execute("SELECT key, value FROM meta"))
         self.max_seq = int(meta.get("max_seq", 0))
         self.counters = {k: int(meta.get(k, 0)) for k in COUNTERS}
@@ -185,6 +191,7 @@ class Index:
             self.db.execute("DELETE FROM zones")
             self.indexed_wp.clear()
             self.live.clear()
+            self.sealed.clear()
             self._dirty.clear()
 
     # ------------------------------------------------------------------ zone state
@@ -193,6 +200,11 @@ class Index:
         if self.indexed_wp.get(zone) != wp:
             self.indexed_wp[zone] = wp
             self._dirty.add(zone)
+
+    def seal(self, zone: int) -> None:
+        """The zone was FINISHED with its data ending at indexed_wp: no need to scan past it."""
+        self.sealed.add(zone)
+        self._dirty.add(zone)
 
     def _add_live(self, zone_bytes: dict[int, int], sign: int) -> None:
         for z, n in zone_bytes.items():
@@ -204,6 +216,7 @@ class Index:
         self.db.execute("DELETE FROM dead WHERE zone = ?", (zone,))
         self.live[zone] = 0
         self.indexed_wp[zone] = 0
+        self.sealed.discard(zone)
         self._dirty.add(zone)
 
     # ------------------------------------------------------------------ records

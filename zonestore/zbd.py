@@ -12,8 +12,10 @@ device. To do that without a report-zones ioctl per write, the zone table is cac
 stays the authority: every report_zones refreshes the cache, and any failed device call
 re-reads the zone before the error is raised.
 
-Reported zones are normalised like the emulated backend's: a conventional zone's write pointer
-is its start (the field means nothing there), a FULL zone's is its end.
+Reported zones are normalised: a conventional zone's write pointer is its start (the field means
+nothing there, as on the emulated drive); a FULL zone's is the end of its capacity (the kernel says
+start + size, which on a ZNS drive with capacity < size would put `Zone.written` past the last
+readable byte).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def _zone_from_report(index: int, z: pyzbd.ZbdZone) -> Zone:
         cond = ZoneCondition.OFFLINE
     if ztype is ZoneType.CONVENTIONAL:
         return Zone(index, z.start, z.len, z.capacity, z.start, ztype, ZoneCondition.NOT_WP)
-    wp = z.start + z.len if cond is ZoneCondition.FULL else z.wp
+    wp = z.start + z.capacity if cond is ZoneCondition.FULL else z.wp
     return Zone(index, z.start, z.len, z.capacity, wp, ztype, cond)
 
 
@@ -308,7 +310,7 @@ class ZbdZonedDevice(ZonedDevice):
                 cur = self._zones[index]
                 if wp >= z.start + z.capacity:
                     self._zones[index] = Zone(index, z.start, z.size, z.capacity,
-                                              z.start + z.size, z.type, ZoneCondition.FULL)
+                                              z.start + z.capacity, z.type, ZoneCondition.FULL)
                 else:
                     self._zones[index] = Zone(index, z.start, z.size, z.capacity, wp, z.type,
                                               cur.cond)

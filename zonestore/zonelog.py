@@ -200,6 +200,8 @@ class ZoneLog:
             if z.cond in (ZoneCondition.OFFLINE, ZoneCondition.READONLY):
                 self._bad.add(z.index)
             elif z.cond is ZoneCondition.FULL:
+                # A FULL zone reports its WP at the zone's end: the index knows where data ends.
+                self._written[z.index] = self.index.indexed_wp.get(z.index, z.written)
                 self._full.add(z.index)
             elif z.wp == z.start:
                 self._empty.add(z.index)
@@ -288,10 +290,15 @@ class ZoneLog:
         except OSError:
             self._bad.add(w.zone)
             return
-        self._written[w.zone] = z.written
         if z.cond is ZoneCondition.FULL:
             self._full.add(w.zone)
-        elif z.cond in (ZoneCondition.OFFLINE, ZoneCondition.READONLY):
+            if w.error is None and not w._ops:
+                with self.index.txn():
+                    self.index.set_indexed_wp(w.zone, w.synced - w.zone * self.zone_size)
+                    self.index.seal(w.zone)
+            return
+        self._written[w.zone] = z.written
+        if z.cond in (ZoneCondition.OFFLINE, ZoneCondition.READONLY):
             self._bad.add(w.zone)
         elif z.wp == z.start:
             self._empty.add(w.zone)

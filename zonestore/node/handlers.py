@@ -116,6 +116,7 @@ async def put_record(request: web.Request) -> web.Response:
             raise NodeError(413, "meta_too_large", f"Content-Length {declared} leaves "
                             f"{declared - length} bytes of metadata (max {state.max_meta_size})")
     store = _store(request)
+    await _check_room(state, length)
     body = PutBody(request.content, length, state.max_meta_size,
                    request.get(BODY_HASH, UNSIGNED))
     try:
@@ -132,6 +133,25 @@ async def put_record(request: web.Request) -> web.Response:
         {"id": info.id, "length": info.length, "crc32c": info.crc32c, "seq": info.seq},
         status=201,
     )
+
+
+def _largest_free(logs: list[Any]) -> int | None:
+    frees = [lg.free_bytes() for lg in logs if hasattr(lg, "free_bytes")]
+    return max(frees) if frees else None
+
+
+async def _check_room(state: NodeState, length: int) -> None:
+    """Refuse before reading the body a record larger than any drive's free space (a record
+    lives on one drive), after resetting zones that hold only dead records."""
+    room = _largest_free(state.logs)
+    if room is None or length <= room:
+        return
+    for lg in state.logs:
+        await lg.reclaim(max_zones=0)
+    room = _largest_free(state.logs) or 0
+    if length > room:
+        raise NodeError(507, "no_space", f"record of {length} bytes does not fit: the largest "
+                        f"free space on this node's drives is {room} bytes")
 
 
 async def _open_reader(store: Any, rid: str, offset: int, length: int):

@@ -135,7 +135,7 @@ def test_upload_parts_replace_abort_and_complete(store):
 
 def test_list_uploads_orders_and_paginates(store):
     for i, key in enumerate(["b", "a", "a", "c/1", "c/2"]):
-        store.create_upload(UploadRecord(f"u{i}", "bkt", key, "alice", float(i)))
+        store.create_upload(UploadRecord(f"u{i}", "bkt", key, "alice", float(10 - i)))
     page = store.list_uploads("bkt", "", "/", "", "", 3)
     assert [(u.key, u.upload_id) for u in page.items] == [("a", "u1"), ("a", "u2"), ("b", "u0")]
     assert page.truncated

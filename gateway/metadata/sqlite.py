@@ -369,8 +369,8 @@ class SqliteStore(MetadataStore):
             if end is not None:
                 q += " AND key < ?"
                 args.append(end)
-        # Sorted by key, then initiation time, as S3 lists uploads.
-        q += " ORDER BY key, initiated, upload_id"
+        # Sorted by key, then upload id: the order the (key, upload-id) markers resume from.
+        q += " ORDER BY key, upload_id"
         items: list[Any] = []
         prefixes: list[str] = []
         truncated = False

@@ -82,13 +82,18 @@ class NodeCluster:
     def __init__(self, root: str | Path, n: int = 1, *, drives_per_node: int = 2,
                  secret: str = "test-cluster-secret", geometry: Geometry | None = None,
                  extra_args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                 start_timeout: float = 60.0, id_format: str = "node{:02d}") -> None:
+                 start_timeout: float = 60.0, id_format: str = "node{:02d}",
+                 tuned_malloc: bool = True) -> None:
         self.root = Path(root)
         self.secret = secret
         self.geometry = geometry or TEST_GEOMETRY
         self.extra_args = list(extra_args)
         self.start_timeout = start_timeout
-        self.env = {**os.environ, **MALLOC_ENV, "PYTHONUNBUFFERED": "1", **(env or {})}
+        # tuned_malloc=False leaves glibc's defaults, under which RSS follows live memory (the
+        # tuned settings keep up to 256 MiB of freed heap on purpose).
+        base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        self.env = {**base, **(MALLOC_ENV if tuned_malloc else {}), "PYTHONUNBUFFERED": "1",
+                    **(env or {})}
         self.secret_file = self.root / "cluster.secret"
         self.nodes = [
             NodeProcess(self.root, i, id_format.format(i),

@@ -7,8 +7,9 @@ Entry points for the app:
     auth = authenticate(method, raw_path, query_pairs, headers, lookup)   # raises S3Error
     body = RequestBody(auth, headers, request.stream())                   # async iterator
 
-`raw_path` is the path as received (percent-encoded, ASGI `raw_path`); `query_pairs` are the
-decoded pairs of the raw query string (`parse_query`).
+`raw_path` is the path as received (percent-encoded): ASGI's `scope["raw_path"]` bytes as they
+are; `query_pairs` are the decoded pairs of the raw query string
+(`parse_query(scope["query_string"])`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def parse_query(raw_query: str | bytes) -> list[tuple[str, str]]:
 
 def authenticate(
     method: str,
-    raw_path: str,
+    raw_path: str | bytes,
     query: Query,
     headers: Headers,
     lookup: CredentialLookup,

@@ -39,23 +39,30 @@ SUBRESOURCES = frozenset({
 })
 
 
-def canonical_resource(raw_path: str, query: Query, resource_prefix: str = "") -> str:
+def _path_str(raw_path: str | bytes) -> str:
+    if isinstance(raw_path, bytes):
+        return raw_path.decode("utf-8", "replace")
+    return raw_path
+
+
+def canonical_resource(raw_path: str | bytes, query: Query, resource_prefix: str = "") -> str:
     """Path as received (with `resource_prefix`, e.g. "/bucket" for virtual-hosted requests)
     plus the signed sub-resources, sorted by name, `name` or `name=value` (decoded)."""
     subs = sorted(((k, v) for k, v in query if k in SUBRESOURCES), key=lambda kv: kv[0])
-    out = resource_prefix + (raw_path or "/")
+    out = resource_prefix + (_path_str(raw_path) or "/")
     if subs:
         out += "?" + "&".join(f"{k}={v}" if v else k for k, v in subs)
     return out
 
 
-def _resources(raw_path: str, query: Query, resource_prefix: str) -> list[str]:
+def _resources(raw_path: str | bytes, query: Query, resource_prefix: str) -> list[str]:
     # A bucket is "/bucket/" in the canonical resource (AWS's rule, and what botocore signs)
     # even when the request line says "/bucket"; tools that sign "/bucket" are accepted too.
-    first_try = canonical_resource(raw_path, query, resource_prefix)
-    path = resource_prefix + (raw_path or "/")
+    raw = _path_str(raw_path)
+    first_try = canonical_resource(raw, query, resource_prefix)
+    path = resource_prefix + (raw or "/")
     if path.count("/") == 1 and len(path) > 1:
-        return [canonical_resource(raw_path + "/", query, resource_prefix), first_try]
+        return [canonical_resource(raw + "/", query, resource_prefix), first_try]
     return [first_try]
 
 
@@ -86,7 +93,7 @@ def _equal(a: str, b: str) -> bool:
 
 def verify_header(
     method: str,
-    raw_path: str,
+    raw_path: str | bytes,
     query: Query,
     headers: Headers,
     lookup: CredentialLookup,
@@ -135,7 +142,7 @@ def verify_header(
 
 def verify_query(
     method: str,
-    raw_path: str,
+    raw_path: str | bytes,
     query: Query,
     headers: Headers,
     lookup: CredentialLookup,

@@ -43,9 +43,10 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _HEX = frozenset("0123456789abcdef")
 
 
-def canonical_uri(raw_path: str) -> str:
-    """The canonical URI of an S3 request path as received (decode once, encode once)."""
-    return quote(unquote_to_bytes(raw_path or "/"), safe="/~")
+def canonical_uri(raw_path: str | bytes) -> str:
+    """The canonical URI of an S3 request path as received (decode once, encode once).
+    Bytes (ASGI `raw_path`) are taken as they are; a str is UTF-8 encoded first."""
+    return quote(unquote_to_bytes(raw_path or b"/"), safe="/~")
 
 
 def canonical_query(query: Query) -> str:
@@ -65,7 +66,7 @@ def canonical_headers(h: dict[str, list[str]], signed: list[str]) -> str:
 
 def canonical_request(
     method: str,
-    raw_path: str,
+    raw_path: str | bytes,
     query: Query,
     h: dict[str, list[str]],
     signed: list[str],
@@ -216,7 +217,7 @@ def _mismatch(access_key: str, sts: str, sig: str, canonical: str) -> S3Error:
 
 def verify_header(
     method: str,
-    raw_path: str,
+    raw_path: str | bytes,
     query: Query,
     headers: Headers,
     lookup: CredentialLookup,
@@ -280,7 +281,7 @@ def verify_header(
 
 def verify_presigned(
     method: str,
-    raw_path: str,
+    raw_path: str | bytes,
     query: Query,
     headers: Headers,
     lookup: CredentialLookup,

@@ -72,6 +72,7 @@ class NodeClient:
         self.up = True
         self.last_error: str | None = None
         self.last_checked = 0.0
+        self.bytes_read = 0      # record payload bytes received (GET bodies)
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -214,9 +215,10 @@ class NodeClient:
                 self._url(path), headers=self._headers("GET", path, {}, b""),
                 timeout=aiohttp.ClientTimeout(total=min(self.timeout, 5.0)),
             ) as resp:
-                await resp.read()
+                text = (await resp.read())[:300].decode(errors="replace")
                 self.up = resp.status == 200
-                self.last_error = None if self.up else f"ready: {resp.status}"
+                self.last_error = None if self.up else (
+                    f"/health/ready answered {resp.status}: {text}")
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
             self._down(e)
         return self.up
@@ -273,7 +275,9 @@ class RecordReader:
         """n bytes of the body; a short body (the node aborts on a bad CRC) → RecordCorrupt."""
         assert self.resp is not None
         try:
-            return await self.resp.content.readexactly(n)
+            data = await self.resp.content.readexactly(n)
+            self.client.bytes_read += n
+            return data
         except asyncio.IncompleteReadError as e:
             raise RecordCorrupt(self.client.id, 0, "short_body",
                                 f"{self.record_id}: body ended early ({len(e.partial)} of {n})"

@@ -96,8 +96,9 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
     timeout = cluster.node_timeout
     sinks = {i: ArchiveUpload(i, cluster.clients[nid]) for i, nid in enumerate(targets) if nid}
     if len(sinks) < cluster.write_quorum:
+        down = "; ".join(f"{c.id}: {c.last_error}" for c in cluster.clients.values() if not c.up)
         raise QuorumError(f"part {part_uid}: only {len(sinks)} nodes are up, "
-                          f"the write quorum is {cluster.write_quorum}")
+                          f"the write quorum is {cluster.write_quorum} (down: {down})")
     alen = codec.archive_length(length)
     for i, s in sinks.items():
         s.start(archive_id(part_uid, i), alen, stream)

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import os
 import random
+import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -288,3 +289,69 @@ async def test_deep_repair_finds_silent_corruption(nodes: NodeCluster,
         assert [(p, dict(w)) for p, w in report.fixed] == [(uid, {1: node})]
         assert await read_all(cluster, layout) == payload
         assert cluster.stats["degraded_reads"] == 0
+
+
+async def test_body_length_mismatch_is_refused_and_leaves_nothing(config: ClusterConfig) -> None:
+    async with ErasureCluster(config) as cluster:
+        for uid, announced, actual in (("short001.p1", 3 * MiB, 2 * MiB + 5),
+                                       ("long0001.p1", 2 * MiB, 2 * MiB + 1)):
+            with pytest.raises(ValueError, match="announced"):
+                await cluster.write_part(uid, body(actual, 1), length=announced, stream="t",
+                                         meta=lambda r: {})
+            assert await cluster.scan(uid) == []
+        with pytest.raises(ValueError, match="invalid record id"):
+            await cluster.write_part("../etc/passwd", body(10, 1), length=10, stream="t",
+                                     meta=lambda r: {})
+        assert cluster.repair_queue.records() == []
+
+
+async def test_4k_range_fetches_only_one_segment(config: ClusterConfig) -> None:
+    async with ErasureCluster(config) as cluster:
+        size = 24 * MiB
+        layout = await put(cluster, "range001.p1", size, 31)
+        before = sum(c.bytes_read for c in cluster.clients.values())
+        off = 17 * MiB + 5000
+        assert await read_all(cluster, layout, off, 4096) == data(size, 31)[off:off + 4096]
+        fetched = sum(c.bytes_read for c in cluster.clients.values()) - before
+        assert fetched == 8 * cluster.codec.fragment_size(MiB)  # one segment's data fragments
+
+
+async def test_stalled_node_times_out_and_reads_and_writes_go_on(
+        nodes: NodeCluster, config: ClusterConfig) -> None:
+    quick = ClusterConfig.from_dict({**config.to_dict(), "erasure": {
+        **config.to_dict()["erasure"], "node_timeout": 2}})
+    async with ErasureCluster(quick, health_interval=0) as cluster:
+        size = 6 * MiB
+        layout = await put(cluster, "stall001.p1", size, 41)
+        i = nodes.ids.index(layout.placement[2])
+        os.kill(nodes.pid(i), signal.SIGSTOP)  # alive but silent: only a timeout notices
+        try:
+            assert await read_all(cluster, layout) == data(size, 41)
+            assert cluster.stats["degraded_reads"] == 1
+            assert not cluster.is_up(nodes.ids[i])
+            # the writer skips the node known down now
+            layout2 = await put(cluster, "stall002.p1", size, 42)
+            assert layout2.missing == [] and nodes.ids[i] not in layout2.placement.values()
+            # a node that stalls mid-write costs one fragment, not the write
+            uid = "stall003.p1"
+            j = nodes.ids.index(cluster.targets(uid)[5])
+
+            def stop(n: int) -> None:
+                if n == 2:
+                    os.kill(nodes.pid(j), signal.SIGSTOP)
+
+            try:
+                layout3 = await put(cluster, uid, 16 * MiB, 43, stop)
+            finally:
+                os.kill(nodes.pid(j), signal.SIGCONT)
+            assert layout3.missing == [5]
+            assert await read_all(cluster, layout3) == data(16 * MiB, 43)
+        finally:
+            os.kill(nodes.pid(i), signal.SIGCONT)
+
+
+async def test_wrong_secret_is_a_clear_error(config: ClusterConfig) -> None:
+    bad = ClusterConfig.from_dict({**config.to_dict(), "secret": "not-the-cluster-secret"})
+    async with ErasureCluster(bad, health_interval=0) as cluster:
+        with pytest.raises(QuorumError, match="403"):
+            await put(cluster, "secret01.p1", 1000, 1)

@@ -529,3 +529,42 @@ def test_credentials_from_config():
     assert creds("AK1") == ("root", "S1") and creds("nope") is None
     with pytest.raises(ValueError):
         StaticCredentials.from_config([{"name": "x", "access_key": "AK"}])
+
+
+def test_sigv2_virtual_hosted_request_needs_the_bucket_as_resource_prefix():
+    client = _SESSION.create_client(
+        "s3", region_name="us-east-1", endpoint_url="http://s3.zonegate.test:9000",
+        aws_access_key_id=AK, aws_secret_access_key=SK,
+        config=Config(signature_version="s3", s3={"addressing_style": "virtual"}))
+    box = {}
+
+    def before_send(request, **kwargs):
+        box["request"] = request
+        return AWSResponse(request.url, 200, {}, _EmptyRaw())
+
+    client.meta.events.register("before-send.s3", before_send)
+    client.get_object(Bucket="vbucket", Key="a b.txt")
+    c = Captured(box["request"])
+    assert c.headers["Host"].startswith("vbucket.") and c.path == "/a%20b.txt"
+    auth = authenticate(c.method, c.path, c.query, c.headers, CREDS, resource_prefix="/vbucket")
+    assert auth.method == "v2-header"
+    with pytest.raises(S3Error):
+        c.auth()  # without the prefix the canonical resource differs
+
+
+def test_raw_path_bytes_as_asgi_gives_them():
+    c = capture("get_object", Bucket="b", Key=ODD_KEY)
+    assert authenticate(c.method, c.path.encode("ascii"), c.query, c.headers, CREDS).user
+    # a client that sends UTF-8 unescaped but signed the escaped form still verifies
+    raw = "/b/dir/é".encode()
+    c = capture("get_object", Bucket="b", Key="dir/é")
+    assert authenticate(c.method, raw, c.query, c.headers, CREDS).user
+
+
+def test_query_parsing_and_stored_content_encoding():
+    assert parse_query(b"uploads&prefix=a%20b+c&x=%2B") == [
+        ("uploads", ""), ("prefix", "a b c"), ("x", "+")]
+    assert stored_content_encoding({"Content-Encoding": "aws-chunked"}) is None
+    assert stored_content_encoding({"content-encoding": "aws-chunked,gzip"}) == "gzip"
+    assert stored_content_encoding({"content-encoding": "gzip, br"}) == "gzip, br"
+    assert stored_content_encoding({}) is None

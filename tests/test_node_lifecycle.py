@@ -186,3 +186,31 @@ async def test_create_drives_flag_creates_missing_drives(tmp_path, session):
         assert (drive / "zoned.json").is_file()
         assert json.loads((drive / "zoned.json").read_text())["nr_zones"] == 8
         await put(session, c, "x", b"on a fresh drive")
+
+
+async def test_sigterm_lets_an_in_flight_put_finish(tmp_path, session):
+    size = 8 * MiB
+    with NodeCluster(tmp_path, 1, drives_per_node=1) as c:
+        started = asyncio.Event()
+
+        async def slow_body():
+            for i in range(size // MiB):
+                yield bytes([i]) * MiB
+                if i == 1:
+                    started.set()
+                    await asyncio.sleep(0.5)  # SIGTERM arrives while the body is half sent
+
+        async def send():
+            path = "/v1/records/inflight"
+            headers = {**c.headers(0, "PUT", path), "X-ZG-Length": str(size)}
+            async with session.put(c.urls[0] + path, data=slow_body(), headers=headers) as r:
+                return r.status
+
+        task = asyncio.create_task(send())
+        await started.wait()
+        c.nodes[0].proc.terminate()
+        assert await task == 201
+        assert await asyncio.to_thread(c.nodes[0].proc.wait, 30) == 0
+        c.restart(0)
+        status, _, body = await node_request(session, c, 0, "GET", "/v1/records/inflight")
+        assert status == 200 and body == b"".join(bytes([i]) * MiB for i in range(8))

@@ -30,7 +30,7 @@ from aiohttp import web
 from zonestore.device import ZonedDevice
 from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_drive
 from zonestore.node.auth import make_auth_middleware
-from zonestore.node.errors import error_middleware
+from zonestore.node.errors import error_middleware, json_error
 from zonestore.node.handlers import add_routes
 from zonestore.node.metrics import NodeMetrics
 from zonestore.node.state import DEFAULT_MAX_RECORD_SIZE, MAX_META_SIZE, STATE, NodeState
@@ -139,11 +139,31 @@ def _close_drive(d: _Drive) -> None:
         os.close(d.lock_fd)
 
 
+def _drain_middleware(state: NodeState):
+    """Counts requests in flight so that shutdown can wait for them; while draining, new
+    requests are refused with 503 (and their connection closed) so that clients go elsewhere."""
+
+    @web.middleware
+    async def drain(request: web.Request, handler) -> web.StreamResponse:
+        if state.draining and request.path != "/health/live":
+            resp = json_error(503, "shutting_down", "the node is shutting down")
+            resp.force_close()
+            return resp
+        state.inflight += 1
+        try:
+            return await handler(request)
+        finally:
+            state.inflight -= 1
+
+    return drain
+
+
 def build_app(state: NodeState, secret: bytes, options: NodeOptions) -> web.Application:
     """The aiohttp application of one node (routes, auth, errors, metrics)."""
     app = web.Application(
         middlewares=[
             state.metrics.middleware,  # outermost: counts every answer, refusals included
+            _drain_middleware(state),
             error_middleware,
             make_auth_middleware(secret, window=options.auth_window,
                                  open_metrics=options.open_metrics),
@@ -186,6 +206,7 @@ class NodeServer:
         self.state: NodeState | None = None
         self._drives: list[_Drive] = []
         self._runner: web.AppRunner | None = None
+        self._site: web.SockSite | None = None
         self._tasks: list[asyncio.Task] = []
         self._ready = asyncio.Event()
 
@@ -210,7 +231,8 @@ class NodeServer:
         await self._runner.setup()
         sock = _listen_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        self._site = web.SockSite(self._runner, sock)
+        await self._site.start()
         log.info("node %s listening on %s with %d drive(s)", self.node_id, self.url,
                  len(self._drives))
         if self.options.port_file is not None:
@@ -274,8 +296,18 @@ class NodeServer:
 
     async def stop(self) -> None:
         started = self.state is not None
+        if self._site is not None and self.state is not None:
+            # aiohttp's own graceful shutdown stops reading request bodies at once, which would
+            # fail every upload in progress: stop listening, let requests in flight finish
+            # (bounded), and only then close the connections.
+            await self._site.stop()
+            self.state.draining = True
+            deadline = asyncio.get_running_loop().time() + self.options.shutdown_timeout
+            while self.state.inflight and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
+        self._site = None
         if self._runner is not None:
-            await self._runner.cleanup()  # stops listening, waits for in-flight requests
+            await self._runner.cleanup()
             self._runner = None
         for t in self._tasks:
             t.cancel()

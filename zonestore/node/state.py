@@ -26,6 +26,8 @@ class NodeState:
     pool: Any = None  # the DrivePool, once every drive's log is open
     logs: list[Any] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
+    draining: bool = False  # shutting down: in-flight requests finish, new ones get 503
+    inflight: int = 0
 
     @property
     def ready(self) -> bool:

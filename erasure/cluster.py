@@ -17,6 +17,7 @@ from typing import Any
 from erasure import reader, writer
 from erasure.codec import Codec, Scheme
 from erasure.config import ClusterConfig
+from erasure.errors import ErasureError
 from erasure.layout import PartLayout, PartResult, parse_archive_id, parse_archive_meta
 from erasure.nodeclient import NodeClient, NodeError, make_session
 from erasure.placement import Placement
@@ -137,18 +138,32 @@ class ErasureCluster:
         return reader.read_part(self, layout, offset, length)
 
     async def delete_part(self, layout: PartLayout) -> int:
-        """Delete every archive of the part; returns how many were deleted. Unreachable
-        nodes are skipped (repair's scan reports the leftovers)."""
-        async def rm(i: int, nid: str) -> bool:
+        """Delete every archive of the part; returns how many were deleted. Raises ErasureError
+        (after deleting what it can) when a node that should hold an archive cannot be reached,
+        so the caller can retry later; a retry of an already deleted archive is harmless."""
+        unreachable: list[str] = []
+
+        async def rm(i: int, nid: str, required: bool) -> bool:
             client = self.clients.get(nid)
             if client is None:
                 return False
             try:
                 return await client.delete(layout.archive_id(i))
             except NodeError as e:
-                log.warning("delete %s on %s: %s", layout.archive_id(i), nid, e)
+                if required:
+                    unreachable.append(f"f{i:02d} on {nid}: {e}")
                 return False
-        done = await asyncio.gather(*(rm(i, n) for i, n in layout.placement.items()))
+
+        missing = set(layout.missing)
+        targets = [(i, n, i not in missing) for i, n in layout.placement.items()]
+        # repair may have put a missing fragment on a handoff node: look there too
+        holders = set(layout.placement.values())
+        spare = [n for n in self.placement.ranked(layout.part_uid) if n not in holders]
+        targets += [(i, n, False) for i in layout.missing for n in spare]
+        done = await asyncio.gather(*(rm(*t) for t in targets))
+        if unreachable:
+            raise ErasureError(f"part {layout.part_uid}: {len(unreachable)} archives not deleted "
+                               f"yet ({'; '.join(unreachable)})")
         self.repair_queue.done(layout.part_uid)
         return sum(done)
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 QUEUE_DEPTH = 4  # fragments in flight per archive
+MAX_META = 64 * 1024  # a node refuses larger metadata blobs (docs/design.md)
 
 
 class ArchiveUpload:
@@ -126,6 +127,9 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
         caller = meta(result)
         for i, s in sinks.items():
             s.meta = archive_meta(result, i, caller, stream)
+            if len(s.meta) > MAX_META:
+                raise ValueError(f"part metadata is {len(s.meta)} bytes as JSON, the limit is "
+                                 f"{MAX_META}")
         await asyncio.gather(*(s.feed(None, timeout) for s in sinks.values()))
         await asyncio.wait([s.task for s in sinks.values()])
         check_quorum()

@@ -21,8 +21,9 @@ import pytest
 
 from erasure.cluster import ErasureCluster
 from erasure.config import ClusterConfig, write_config
-from erasure.errors import QuorumError
+from erasure.errors import ErasureError, QuorumError
 from erasure.layout import PartLayout, archive_id
+from erasure.nodeclient import RecordMissing
 from erasure.repair import repair
 from tests.nodeproc import NodeCluster
 
@@ -193,6 +194,15 @@ async def test_node_killed_mid_write_then_repair_restores_fragment(
         # a rerun rebuilds nothing: the fragments it cannot see are on nodes that are down
         report = await repair(cluster, "kill0001")
         assert report.fixed == [] and sorted(i for _, i, _ in report.deferred) == [0, 5]
+        # deleting with nodes down fails (to be retried), then removes every copy, the
+        # handoff's rebuilt fragment included, which the gateway's layout does not name
+        with pytest.raises(ErasureError, match="not deleted yet"):
+            await cluster.delete_part(layout)
+        for i in (0, 5):
+            nodes.restart(nodes.ids.index(layout.placement[i]))
+        await cluster.check_health()
+        await cluster.delete_part(layout)
+        assert await cluster.scan("kill0001") == []
 
 
 async def test_three_nodes_lost_mid_write_fail_cleanly(nodes: NodeCluster,
@@ -355,3 +365,41 @@ async def test_wrong_secret_is_a_clear_error(config: ClusterConfig) -> None:
     async with ErasureCluster(bad, health_interval=0) as cluster:
         with pytest.raises(QuorumError, match="403"):
             await put(cluster, "secret01.p1", 1000, 1)
+
+
+async def test_interrupted_repair_leaves_nothing_half_done_and_a_rerun_fixes(
+        config: ClusterConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    uid, size = "intr0001.p1", 8 * MiB
+    async with ErasureCluster(config) as cluster:
+        layout = await put(cluster, uid, size, 51)
+        node = layout.placement[6]
+        assert await cluster.clients[node].delete(archive_id(uid, 6))  # a lost fragment
+        codec = cluster.codec_for(layout.scheme)
+        real, calls = codec.reconstruct, 0
+
+        def interrupted(frags, indexes):
+            nonlocal calls
+            calls += 1
+            if calls == 3:  # Ctrl-C in the middle of the part (asyncio.run cancels the task)
+                asyncio.current_task().cancel()
+            return real(frags, indexes)
+
+        monkeypatch.setattr(codec, "reconstruct", interrupted)
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.create_task(repair(cluster, uid))
+        monkeypatch.undo()
+        with pytest.raises(RecordMissing):  # the half-sent archive was never committed
+            await cluster.clients[node].head(archive_id(uid, 6))
+        report = await repair(cluster, uid)
+        assert [(p, dict(w)) for p, w in report.fixed] == [(uid, {6: node})]
+        head = await cluster.clients[node].head(archive_id(uid, 6))
+        assert head.length == cluster.codec.archive_length(size)
+        assert (await repair(cluster, uid)).fixed == []  # and a third run has nothing to do
+
+
+async def test_oversized_metadata_is_refused_and_leaves_nothing(config: ClusterConfig) -> None:
+    async with ErasureCluster(config) as cluster:
+        with pytest.raises(ValueError, match="metadata"):
+            await cluster.write_part("meta0001.p1", body(MiB, 1), length=MiB, stream="t",
+                                     meta=lambda r: {"x": "y" * 70000})
+        assert await cluster.scan("meta0001") == []

@@ -338,3 +338,38 @@ def test_overwrite_and_delete_free_fragments(gw, s3, bucket):
     assert len(archive_ids(gw) - base) == gw.k + gw.m
     s3.delete_object(Bucket=bucket, Key="f")
     assert wait_for(lambda: not (archive_ids(gw) - base))
+
+
+def test_presigned_urls_v4_and_v2(gw, s3, bucket):
+    import http.client
+    from urllib.parse import urlsplit
+
+    from tests.gwcluster import ACCESS_KEY, SECRET_KEY
+
+    def call(method, url, body=None):
+        u = urlsplit(url)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+        try:
+            conn.request(method, f"{u.path}?{u.query}", body=body)
+            r = conn.getresponse()
+            return r.status, r.getheader("ETag"), r.read()
+        finally:
+            conn.close()
+
+    v2 = gw.client(ACCESS_KEY, SECRET_KEY, signature_version="s3")
+    for signer in (s3, v2):
+        url = signer.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "ps"},
+                                            ExpiresIn=60)
+        status, etag, _ = call("PUT", url, b"presigned body")
+        assert status == 200 and etag == f'"{hashlib.md5(b"presigned body").hexdigest()}"'
+        url = signer.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "ps"},
+                                            ExpiresIn=60)
+        assert call("GET", url)[2] == b"presigned body"
+        status, _, body = call("GET", url.replace("/ps?", "/other?"))
+        assert status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in body
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "ps"},
+                                    ExpiresIn=1)
+    import time
+    time.sleep(2.1)
+    status, _, body = call("GET", url)
+    assert status == 403 and b"expired" in body

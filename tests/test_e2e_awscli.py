@@ -11,10 +11,7 @@ import pytest
 
 from tests.devcluster import file_md5, make_file, start_cluster
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.xfail(reason="needs `zonegate node` (erasure/cli.py) and `zonegate serve` (gateway/app.py), not landed yet", strict=False),
-]
+pytestmark = pytest.mark.slow
 
 AWS = str(Path(sys.executable).with_name("aws"))
 

@@ -22,10 +22,7 @@ from botocore.exceptions import ClientError
 
 from tests.devcluster import ACCESS_KEY, REGION, SECRET_KEY, MiB, start_cluster
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.xfail(reason="needs `zonegate node` (erasure/cli.py) and `zonegate serve` (gateway/app.py), not landed yet", strict=False),
-]
+pytestmark = pytest.mark.slow
 
 BUCKET = "bad-input"
 

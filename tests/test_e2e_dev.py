@@ -112,7 +112,6 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="needs `zonegate node` (erasure/cli.py) and `zonegate serve` (gateway/app.py), not landed yet", strict=False)
 def test_dev_starts_restarts_and_stops_everything(tmp_path):
     cluster = DevCluster(tmp_path / "data", nodes=12, zones=16, zone_size="16M")
     try:

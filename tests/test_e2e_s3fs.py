@@ -10,10 +10,7 @@ import pytest
 
 from tests.devcluster import ACCESS_KEY, REGION, SECRET_KEY, MiB, file_md5, make_file, start_cluster
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.xfail(reason="needs `zonegate node` (erasure/cli.py) and `zonegate serve` (gateway/app.py), not landed yet", strict=False),
-]
+pytestmark = pytest.mark.slow
 
 s3fs = pytest.importorskip("s3fs")
 

@@ -10,6 +10,7 @@ from erasure import cli as erasure_cli
 from gateway import dev as gateway_dev
 from gateway import recover as gateway_recover
 from gateway import serve as gateway_serve
+from gateway import status as gateway_status
 from zonestore import cli as zonestore_cli
 
 
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway_dev.register(sub)
     gateway_serve.register(sub)
     gateway_recover.register(sub)
+    gateway_status.register(sub)
     return parser
 
 

@@ -1,0 +1,436 @@
+"""Prometheus metrics of the S3 gateway, correct with several uvicorn workers.
+
+What is measured, and where:
+- S3 requests (operation, status), time to first byte and total time, body bytes received and
+  sent, requests in flight: `MetricsMiddleware`, an ASGI middleware around the S3 app.
+- Node calls by node, operation and outcome, with latency: an aiohttp `TraceConfig`
+  (`node_call_tracing`) given to the erasure cluster's HTTP session. The latency runs to the
+  node's response headers: for a PUT that is after the whole archive was sent and committed,
+  for a GET it is the time to the first byte.
+- Erasure events (degraded reads and writes, failed-quorum writes, fragment errors, encode and
+  decode seconds and bytes): the erasure layer counts them in `ErasureCluster.stats` (a
+  `collections.Counter`); `ErasureStats` is a Counter that also feeds them to Prometheus, so the
+  erasure layer needs to know nothing about Prometheus or the gateway.
+- Parts awaiting repair: the repair queue's files, counted at scrape time.
+
+Several workers: `zonegate serve` calls `prepare_multiprocess()` before uvicorn starts its
+workers; each worker then writes its samples to files in PROMETHEUS_MULTIPROC_DIR and whichever
+worker answers `/metrics` merges all of them (prometheus_client's multiprocess mode). Without
+that directory (one process, tests) the metrics live in the process's own registry.
+
+Labels are of low cardinality only: operation names, status codes, node ids, outcomes; never a
+bucket or key.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    values,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+PREFIX = "zonegate_gateway"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# Handler function name (gateway.app.route) -> S3 operation name.
+OPERATION_NAMES = {
+    "list_buckets": "ListBuckets",
+    "create_bucket": "CreateBucket",
+    "head_bucket": "HeadBucket",
+    "delete_bucket": "DeleteBucket",
+    "get_location": "GetBucketLocation",
+    "get_versioning": "GetBucketVersioning",
+    "list_uploads": "ListMultipartUploads",
+    "list_versions": "ListObjectVersions",
+    "list_objects": "ListObjects",
+    "list_objects_v2": "ListObjectsV2",
+    "delete_objects": "DeleteObjects",
+    "get_object": "GetObject",
+    "head_object": "HeadObject",
+    "put_object": "PutObject",
+    "delete_object": "DeleteObject",
+    "copy_object": "CopyObject",
+    "create_upload": "CreateMultipartUpload",
+    "upload_part": "UploadPart",
+    "upload_part_copy": "UploadPartCopy",
+    "complete_upload": "CompleteMultipartUpload",
+    "list_parts": "ListParts",
+    "abort_upload": "AbortMultipartUpload",
+}
+UNKNOWN_OPERATION = "Unknown"  # no S3 operation matches (the app answers with an error)
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                   30.0, 60.0, 120.0, 300.0)
+
+# ErasureCluster.stats keys -> (metric attribute on GatewayMetrics, labels)
+_STATS_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "degraded_reads": ("degraded_reads", ()),
+    "degraded_writes": ("degraded_writes", ()),
+    "quorum_failures": ("quorum_failures", ()),
+    "parts_written": ("parts_written", ()),
+    "fragment_errors": ("fragment_errors", ()),
+    "encode_seconds": ("coding_seconds", ("encode",)),
+    "decode_seconds": ("coding_seconds", ("decode",)),
+    "encode_bytes": ("coding_bytes", ("encode",)),
+    "decode_bytes": ("coding_bytes", ("decode",)),
+}
+
+
+def multiprocess_active() -> bool:
+    """True when this process's metric values go to PROMETHEUS_MULTIPROC_DIR (the variable was
+    set before prometheus_client was imported here)."""
+    return bool(os.environ.get(MULTIPROC_ENV)) and values.ValueClass is not values.MutexValue
+
+
+def prepare_multiprocess(directory: str | os.PathLike[str] | None = None) -> Path:
+    """Set up multiprocess metrics for the worker processes about to be started: an empty
+    directory, exported as PROMETHEUS_MULTIPROC_DIR (inherited by the workers). Uses
+    `directory`, else an existing PROMETHEUS_MULTIPROC_DIR, else a temporary directory that is
+    removed when this process exits. Files left by an earlier run are removed, as the
+    prometheus_client documentation requires (their counters would be counted again)."""
+    given = directory or os.environ.get(MULTIPROC_ENV)
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        for f in path.glob("*.db"):
+            f.unlink(missing_ok=True)
+    else:
+        path = Path(tempfile.mkdtemp(prefix="zonegate-metrics-"))
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+    os.environ[MULTIPROC_ENV] = str(path)
+    return path
+
+
+class GatewayMetrics:
+    """The gateway's metric objects (one set per process; see `get_metrics`)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.repair_dirs: set[Path] = set()
+        self.requests = Counter(f"{PREFIX}_requests", "S3 requests answered.",
+                                ["operation", "status"], registry=r)
+        self.duration = Histogram(f"{PREFIX}_request_duration_seconds",
+                                  "Time from request to the last byte of the response.",
+                                  ["operation"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ttfb = Histogram(f"{PREFIX}_time_to_first_byte_seconds",
+                              "Time from request to the response's status line and headers.",
+                              ["operation"], buckets=LATENCY_BUCKETS, registry=r)
+        self.received = Counter(f"{PREFIX}_received_bytes", "Request body bytes received.",
+                                ["operation"], registry=r)
+        self.sent = Counter(f"{PREFIX}_sent_bytes", "Response body bytes sent.",
+                            ["operation"], registry=r)
+        self.in_flight = Gauge(f"{PREFIX}_requests_in_flight", "S3 requests being handled.",
+                               registry=r, multiprocess_mode="livesum")
+        self.node_calls = Counter(f"{PREFIX}_node_requests", "Requests to storage nodes.",
+                                  ["node", "operation", "outcome"], registry=r)
+        self.node_latency = Histogram(
+            f"{PREFIX}_node_request_duration_seconds",
+            "Time from sending a node request to its response headers.",
+            ["node", "operation"], buckets=LATENCY_BUCKETS, registry=r)
+        self.degraded_reads = Counter(
+            f"{PREFIX}_degraded_reads", "Part reads that needed a fragment other than the first "
+            "k they tried (a node down, a fragment missing or corrupt).", registry=r)
+        self.degraded_writes = Counter(
+            f"{PREFIX}_degraded_writes", "Part writes that succeeded without every fragment "
+            "(the missing ones await repair).", registry=r)
+        self.quorum_failures = Counter(
+            f"{PREFIX}_failed_quorum_writes", "Part writes refused because fewer nodes than the "
+            "write quorum took their fragment.", registry=r)
+        self.parts_written = Counter(f"{PREFIX}_parts_written", "Parts written.", registry=r)
+        self.fragment_errors = Counter(f"{PREFIX}_fragment_errors",
+                                       "Fragment reads that failed or were corrupt.", registry=r)
+        self.coding_seconds = Counter(f"{PREFIX}_erasure_seconds",
+                                      "Seconds spent erasure encoding or decoding.",
+                                      ["operation"], registry=r)
+        self.coding_bytes = Counter(f"{PREFIX}_erasure_bytes",
+                                    "Part bytes erasure encoded or decoded.",
+                                    ["operation"], registry=r)
+        for op in ("encode", "decode"):  # present (as 0) before the first part
+            self.coding_seconds.labels(op)
+            self.coding_bytes.labels(op)
+
+    # -- erasure events ----------------------------------------------------------------------
+
+    def erasure_event(self, key: str, amount: float) -> None:
+        """Count `amount` of an ErasureCluster.stats key; unknown keys are ignored."""
+        spec = _STATS_KEYS.get(key)
+        if spec is None or amount <= 0:
+            return
+        metric = getattr(self, spec[0])
+        (metric.labels(*spec[1]) if spec[1] else metric).inc(amount)
+
+    def watch_repair_queue(self, state_dir: str | os.PathLike[str]) -> None:
+        """Report the parts queued for repair under `state_dir` (erasure's RepairQueue)."""
+        self.repair_dirs.add(Path(state_dir) / "repair")
+
+    # -- exposition --------------------------------------------------------------------------
+
+    def render(self) -> bytes:
+        """The Prometheus text of every worker (multiprocess mode) or of this process."""
+        if multiprocess_active():
+            from prometheus_client import multiprocess
+            _forget_dead_workers(Path(os.environ[MULTIPROC_ENV]))
+            reg = CollectorRegistry()
+            multiprocess.MultiProcessCollector(reg)
+            reg.register(RepairBacklogCollector(self.repair_dirs))
+            return generate_latest(reg)
+        text = generate_latest(self.registry)
+        return text + generate_latest(_single(RepairBacklogCollector(self.repair_dirs)))
+
+
+def _single(collector: Any) -> CollectorRegistry:
+    reg = CollectorRegistry()
+    reg.register(collector)
+    return reg
+
+
+class RepairBacklogCollector:
+    """Parts awaiting repair: the JSON files of erasure's repair queue (shared by every worker
+    on the machine, so counting files gives the cluster's backlog as this gateway knows it)."""
+
+    def __init__(self, dirs: Iterable[Path]) -> None:
+        self.dirs = list(dirs)
+
+    def collect(self) -> Iterable[Metric]:
+        g = GaugeMetricFamily(f"{PREFIX}_parts_awaiting_repair",
+                              "Parts with fragments missing or corrupt, queued for repair.")
+        n = 0
+        for d in self.dirs:
+            with contextlib.suppress(OSError):
+                n += sum(1 for p in d.iterdir() if p.suffix == ".json"
+                         and not p.name.startswith("."))
+        g.add_metric([], float(n))
+        yield g
+
+
+def _forget_dead_workers(directory: Path) -> None:
+    """Drop the live-gauge files of workers that died without saying so (a crash, SIGKILL):
+    otherwise their last in-flight count would be added forever. Counters stay (they must
+    never go down)."""
+    for f in directory.glob("gauge_live*_*.db"):
+        try:
+            pid = int(f.stem.rsplit("_", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            from prometheus_client import multiprocess
+            multiprocess.mark_process_dead(pid, str(directory))
+        except PermissionError:
+            pass  # alive, someone else's
+
+
+_metrics: GatewayMetrics | None = None
+
+
+def get_metrics() -> GatewayMetrics:
+    """This process's GatewayMetrics (created on first use)."""
+    global _metrics
+    if _metrics is None:
+        _metrics = GatewayMetrics()
+    return _metrics
+
+
+class ErasureStats(collections.Counter):
+    """`ErasureCluster.stats` that also counts every increase in Prometheus."""
+
+    def __init__(self, metrics: GatewayMetrics, initial: Iterable[tuple[str, float]] = ()) -> None:
+        super().__init__()
+        self._metrics = metrics
+        for k, v in initial:
+            dict.__setitem__(self, k, v)
+
+    def __setitem__(self, key: str, value: float) -> None:
+        delta = value - self.get(key, 0)
+        super().__setitem__(key, value)
+        if delta > 0:
+            self._metrics.erasure_event(key, delta)
+
+
+# -- S3 requests ------------------------------------------------------------------------------
+
+def operation_of(scope: Scope) -> str:
+    """The S3 operation a request names (ListObjectsV2, PutObject, ...), as the app routes it."""
+    from starlette.requests import Request
+
+    from gateway import app as gwapp
+    from gateway.errors import S3Error
+    app = scope.get("app")
+    gw = getattr(getattr(app, "state", None), "gateway", None)
+    if gw is None:
+        return UNKNOWN_OPERATION
+    try:
+        request = Request(scope)
+        bucket, key = gwapp.parse_target(gw, request)
+        req = SimpleNamespace(method=request.method, query=gwapp.parse_query(request),
+                              bucket=bucket, key=key, headers=request.headers)
+        handler = gwapp.route(req)  # type: ignore[arg-type]
+    except S3Error:
+        return UNKNOWN_OPERATION
+    except Exception:
+        return UNKNOWN_OPERATION
+    name = getattr(handler, "__name__", "")
+    return OPERATION_NAMES.get(name, UNKNOWN_OPERATION)
+
+
+class MetricsMiddleware:
+    """ASGI middleware counting every S3 request: operation, status, bytes, latencies."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics | None = None) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        m = self.metrics or get_metrics()
+        start = time.perf_counter()
+        op = operation_of(scope)
+        received = sent = 0
+        status = 0
+        first_byte = False
+
+        async def counting_receive() -> MutableMapping[str, Any]:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+            return message
+
+        async def counting_send(message: MutableMapping[str, Any]) -> None:
+            nonlocal sent, status, first_byte
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                if not first_byte:
+                    first_byte = True
+                    m.ttfb.labels(op).observe(time.perf_counter() - start)
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
+            await send(message)
+
+        m.in_flight.inc()
+        try:
+            await self.app(scope, counting_receive, counting_send)
+        finally:
+            m.in_flight.dec()
+            # a request that died before answering counts as a 500 (uvicorn sends one)
+            m.requests.labels(op, str(status or 500)).inc()
+            m.duration.labels(op).observe(time.perf_counter() - start)
+            if received:
+                m.received.labels(op).inc(received)
+            if sent:
+                m.sent.labels(op).inc(sent)
+
+
+def metrics_endpoint(metrics: GatewayMetrics | None = None) -> ASGIApp:
+    """An ASGI endpoint answering with the Prometheus text of every worker."""
+
+    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        body = (metrics or get_metrics()).render()
+        head = scope.get("method") == "HEAD"
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", CONTENT_TYPE_LATEST.encode()),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": b"" if head else body})
+
+    return endpoint
+
+
+# -- node calls -------------------------------------------------------------------------------
+
+def _node_operation(method: str, path: str) -> str:
+    if path.startswith("/v1/records/"):
+        return {"PUT": "put", "GET": "get", "HEAD": "head", "DELETE": "delete"}.get(method,
+                                                                                    "other")
+    return {"/v1/records": "list", "/v1/stats": "stats", "/health/ready": "health",
+            "/health/live": "health", "/metrics": "metrics"}.get(path, "other")
+
+
+def _outcome(status: int) -> str:
+    if status < 400:
+        return "ok"
+    if status == 404:
+        return "not_found"
+    if status == 507:
+        return "no_space"
+    return "client_error" if status < 500 else "server_error"
+
+
+def node_call_tracing(nodes: Iterable[tuple[str, str]],
+                      metrics: GatewayMetrics | None = None) -> aiohttp.TraceConfig:
+    """A TraceConfig that counts and times requests to the given (node id, base url) pairs;
+    requests to other hosts are ignored."""
+    by_netloc = {urlsplit(url).netloc.lower(): nid for nid, url in nodes}
+    trace = aiohttp.TraceConfig()
+
+    def node_of(url: Any) -> str | None:
+        return by_netloc.get(f"{url.host}:{url.port}".lower()) if url.host else None
+
+    async def on_start(_session: Any, ctx: SimpleNamespace, _params: Any) -> None:
+        ctx.zg_start = time.perf_counter()
+
+    def finish(ctx: SimpleNamespace, method: str, url: Any, outcome: str) -> None:
+        nid = node_of(url)
+        if nid is None:
+            return
+        m = metrics or get_metrics()
+        op = _node_operation(method, url.path)
+        m.node_calls.labels(nid, op, outcome).inc()
+        start = getattr(ctx, "zg_start", None)
+        if start is not None:
+            m.node_latency.labels(nid, op).observe(time.perf_counter() - start)
+
+    async def on_end(_session: Any, ctx: SimpleNamespace,
+                     params: aiohttp.TraceRequestEndParams) -> None:
+        finish(ctx, params.method, params.url, _outcome(params.response.status))
+
+    async def on_exception(_session: Any, ctx: SimpleNamespace,
+                           params: aiohttp.TraceRequestExceptionParams) -> None:
+        finish(ctx, params.method, params.url, "unavailable")
+
+    trace.on_request_start.append(on_start)
+    trace.on_request_end.append(on_end)
+    trace.on_request_exception.append(on_exception)
+    return trace
+
+
+def instrument_cluster(cluster: Any, metrics: GatewayMetrics | None = None) -> None:
+    """Before `cluster.start()`: count the erasure cluster's node calls and events."""
+    m = metrics or get_metrics()
+    cluster.stats = ErasureStats(m, getattr(cluster, "stats", {}).items())
+    nodes = [(n.id, n.url) for n in cluster.config.nodes]
+    if hasattr(cluster, "trace_configs"):
+        cluster.trace_configs.append(node_call_tracing(nodes, m))
+    queue = getattr(cluster, "repair_queue", None)
+    if queue is not None:
+        m.watch_repair_queue(Path(queue.dir).parent)

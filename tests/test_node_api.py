@@ -193,6 +193,25 @@ async def test_client_disconnecting_mid_put_commits_nothing(cluster, session):
     assert (await put(session, cluster, "halfway", b"complete"))[0] == 201
 
 
+async def test_client_dropping_a_download_leaves_the_node_healthy(cluster, session):
+    payload = os.urandom(8 << 20)
+    assert (await put(session, cluster, "dropped", payload))[0] == 201
+    for _ in range(3):
+        path = "/v1/records/dropped"
+        headers = cluster.headers(0, "GET", path)
+        reader, writer = await asyncio.open_connection("127.0.0.1", cluster.nodes[0].port)
+        writer.write((f"GET {path} HTTP/1.1\r\nHost: x\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode())
+        await writer.drain()
+        assert (await reader.readline()).split()[1] == b"200"
+        await reader.readexactly(100_000)
+        writer.transport.abort()  # RST mid-body
+    await asyncio.sleep(0.3)
+    status, _, body = await node_request(session, cluster, 0, "GET", "/v1/records/dropped")
+    assert status == 200 and body == payload
+    assert "Traceback" not in cluster.log_path(0).read_text()
+
+
 async def test_no_request_in_this_module_caused_a_500(cluster, session):
     status, _, body = await node_request(session, cluster, 0, "GET", "/metrics")
     assert status == 200

@@ -198,7 +198,7 @@ async def test_sigterm_lets_an_in_flight_put_finish(tmp_path, session):
                 yield bytes([i]) * MiB
                 if i == 1:
                     started.set()
-                    await asyncio.sleep(0.5)  # SIGTERM arrives while the body is half sent
+                    await asyncio.sleep(1.0)  # SIGTERM arrives while the body is half sent
 
         async def send():
             path = "/v1/records/inflight"
@@ -208,6 +208,11 @@ async def test_sigterm_lets_an_in_flight_put_finish(tmp_path, session):
 
         task = asyncio.create_task(send())
         await started.wait()
+        for _ in range(200):  # until the node has the PUT in hand (this stats request is 1)
+            _, _, body = await node_request(session, c, 0, "GET", "/v1/stats")
+            if json.loads(body)["inflight"] >= 2:
+                break
+            await asyncio.sleep(0.01)
         c.nodes[0].proc.terminate()
         assert await task == 201
         assert await asyncio.to_thread(c.nodes[0].proc.wait, 30) == 0

@@ -70,6 +70,9 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         return _respond(request, err)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a response
         err = error_for(exc)
+        if err is None and isinstance(exc, ConnectionError):
+            log.debug("client went away during %s %s: %s", request.method, request.path, exc)
+            err = NodeError(400, "client_gone", "client went away")
         if err is None:
             log.exception("internal error on %s %s", request.method, request.path)
             err = NodeError(500, "internal", f"internal error: {type(exc).__name__}")

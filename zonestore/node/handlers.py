@@ -154,6 +154,12 @@ async def _check_room(state: NodeState, length: int) -> None:
                         f"free space on this node's drives is {room} bytes")
 
 
+async def _aclose(it: Any) -> None:
+    aclose = getattr(it, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
 async def _open_reader(store: Any, rid: str, offset: int, length: int):
     it = store.get(rid, offset, length)
     if inspect.isawaitable(it):  # `async def get() -> AsyncIterator` or an async generator
@@ -166,13 +172,21 @@ async def get_record(request: web.Request) -> web.StreamResponse:
     rid = _record_id(request)
     _no_body(request)
     store = _store(request)
-    info = await store.head(rid)
-    rng = parse_range(request.headers.get("Range"), info.length)
-    offset, length = rng if rng is not None else (0, info.length)
+    for _attempt in range(3):
+        info = await store.head(rid)
+        rng = parse_range(request.headers.get("Range"), info.length)
+        offset, length = rng if rng is not None else (0, info.length)
+        it = await _open_reader(store, rid, offset, length)
+        # The record may have been replaced between head and get: headers and bytes must
+        # describe the same record (seq is unique per put).
+        if (await store.head(rid)).seq == info.seq:
+            break
+        await _aclose(it)
+    else:
+        raise NodeError(409, "busy", "record is being replaced too often to read; retry")
     headers = _record_headers(info)
     if rng is not None:
         headers["Content-Range"] = f"bytes {offset}-{offset + length - 1}/{info.length}"
-    it = await _open_reader(store, rid, offset, length)
     # Pull the first chunk before answering: corruption found here is still a clean 409.
     first = await anext(it, b"") if length else b""
     resp = web.StreamResponse(status=206 if rng is not None else 200, headers=headers)
@@ -196,11 +210,13 @@ async def get_record(request: web.Request) -> web.StreamResponse:
         if request.transport is not None:
             request.transport.close()
         return resp
+    except ConnectionError:  # aiohttp's ClientConnectionResetError included
+        log.debug("record %s: client went away after %d bytes", rid, sent)
+        resp.force_close()
+        return resp
     finally:
         state.metrics.sent.inc(sent)
-        aclose = getattr(it, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await _aclose(it)
     await resp.write_eof()
     return resp
 
@@ -297,7 +313,7 @@ async def node_stats(request: web.Request) -> web.Response:
             zones[str(cond)] = zones.get(str(cond), 0) + n
     totals["zones_by_condition"] = zones
     return web.json_response({"node_id": state.node_id, "ready": state.ready,
-                              "drives": drives, "totals": totals})
+                              "inflight": state.inflight, "drives": drives, "totals": totals})
 
 
 async def health_live(request: web.Request) -> web.Response:

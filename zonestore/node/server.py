@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from zonestore.device import ZonedDevice
 from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_drive
@@ -51,6 +52,23 @@ def _free_fraction(zlog: Any) -> float:
     stats = zlog.stats()
     total = stats.free_bytes + stats.used_bytes
     return stats.free_bytes / total if total else 1.0
+
+
+class _QuietBadRequests(logging.Filter):
+    """aiohttp logs every malformed request (oversized header, bad framing) as an ERROR with a
+    traceback; it already answers 400, so one warning line is enough."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = "malformed request refused: %s"
+            record.args = (" ".join(str(exc).split())[:200],)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+logging.getLogger("aiohttp.server").addFilter(_QuietBadRequests())
 
 
 class DriveError(Exception):

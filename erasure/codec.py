@@ -92,6 +92,17 @@ class Codec:
             # The first encode/decode call of a process is slow (table set-up): pay it now.
             frags = self.encode(bytes(min(s.segment_size, 64 * 1024)))
             self.decode(frags[s.m:])
+        self.systematic = self._is_systematic()
+
+    def _is_systematic(self) -> bool:
+        """Whether data fragment j holds segment bytes [j*P, (j+1)*P) right after its header
+        (true of the Reed-Solomon backends): then small ranges can be read without decoding."""
+        n = min(self.scheme.segment_size, self.scheme.k * 61 + 3)
+        sample = bytes((i * 7 + 3) % 251 for i in range(n))
+        frags = self.encode(sample)
+        p = self.fragment_size(n) - HEADER_SIZE
+        return all(frags[j][HEADER_SIZE:HEADER_SIZE + max(0, min(p, n - j * p))]
+                   == sample[j * p:(j + 1) * p] for j in range(self.scheme.k))
 
     # -- sizes -------------------------------------------------------------------------------
 
@@ -140,6 +151,31 @@ class Codec:
         stop = self.archive_offset(part_length, last) + self.fragment_size(
             self.segment_length(part_length, last))
         return RangePlan(first, last, start, stop, offset - first * seg, end - offset)
+
+    def direct_pieces(self, part_length: int, offset: int, length: int | None,
+                      max_pieces: int = 2) -> list[tuple[int, int, int]] | None:
+        """For a systematic code, the (data fragment index, archive start, archive end) pieces
+        that hold the client range verbatim; None if the code is not systematic or the range
+        needs more than `max_pieces` pieces (then decoding whole segments is cheaper)."""
+        if not self.systematic:
+            return None
+        plan = self.plan_range(part_length, offset, length)
+        seg_size = self.scheme.segment_size
+        pieces: list[tuple[int, int, int]] = []
+        pos, end = offset, offset + plan.length
+        while pos < end:
+            seg = pos // seg_size
+            seg_len = self.segment_length(part_length, seg)
+            p = self.fragment_size(seg_len) - HEADER_SIZE
+            in_seg = pos - seg * seg_size
+            j = in_seg // p
+            stop = min(end - seg * seg_size, seg_len, (j + 1) * p)
+            base = self.archive_offset(part_length, seg) + HEADER_SIZE - j * p
+            pieces.append((j, base + in_seg, base + stop))
+            if len(pieces) > max_pieces:
+                return None
+            pos = seg * seg_size + stop
+        return pieces
 
     # -- coding ------------------------------------------------------------------------------
 

@@ -7,6 +7,9 @@ them), then the other nodes in the part's rendezvous order (repair may have put 
 handoff node). A source that errors, times out, returns a short body (the node aborts a stream
 whose CRC fails) or a fragment that does not decode is replaced by the next candidate from the
 current segment on: a degraded read. Missing and corrupt fragments go into the repair queue.
+
+Small ranges (within one or two data fragments) of a systematic code are served verbatim from
+those fragments' nodes without decoding, falling back to the path above on any trouble.
 """
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
     codec = cluster.codec_for(layout.scheme)
     plan = codec.plan_range(layout.length, offset, length)
     if plan.empty:
+        return
+    direct = await _read_direct(cluster, codec, layout, offset, plan.length)
+    if direct is not None:
+        for piece in direct:
+            yield piece
         return
     k = layout.scheme.k
     cands = _candidates(cluster, layout)
@@ -177,6 +185,32 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
             log.warning("part %s: bad fragments %s", layout.part_uid, bad)
             cluster.repair_queue.add(layout, sorted(bad), "read: " + "; ".join(
                 f"f{i:02d}: {w}" for i, w in sorted(bad.items())))
+
+
+async def _read_direct(cluster: ErasureCluster, codec: Codec, layout: PartLayout, offset: int,
+                       length: int) -> list[bytes] | None:
+    """Small ranges of a systematic code: fetch the bytes verbatim from the one or two data
+    fragments holding them, no decoding. None (use the decoding path) when the range is large,
+    a holder is missing or down, or anything goes wrong."""
+    pieces = codec.direct_pieces(layout.length, offset, length)
+    if not pieces:
+        return None
+    missing = set(layout.missing)
+    for j, _, _ in pieces:
+        node = layout.placement.get(j)
+        if j in missing or node is None or not cluster.is_up(node):
+            return None
+    try:
+        got = await asyncio.gather(*(
+            cluster.clients[layout.placement[j]].get_bytes(layout.archive_id(j), a, b)
+            for j, a, b in pieces))
+    except NodeError:
+        cluster.stats["fragment_errors"] += 1
+        return None
+    if [len(g) for g in got] != [b - a for _, a, b in pieces]:
+        return None
+    cluster.stats["direct_reads"] += 1
+    return got
 
 
 def _decode(codec: Codec, got: dict[int, bytes], sources: list[_Source]) -> bytes | None:

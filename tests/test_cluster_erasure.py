@@ -315,15 +315,29 @@ async def test_body_length_mismatch_is_refused_and_leaves_nothing(config: Cluste
         assert cluster.repair_queue.records() == []
 
 
-async def test_4k_range_fetches_only_one_segment(config: ClusterConfig) -> None:
+async def test_4k_range_fetches_only_what_it_needs(nodes: NodeCluster,
+                                                  config: ClusterConfig) -> None:
     async with ErasureCluster(config) as cluster:
         size = 24 * MiB
         layout = await put(cluster, "range001.p1", size, 31)
-        before = sum(c.bytes_read for c in cluster.clients.values())
+        fetched = lambda: sum(c.bytes_read for c in cluster.clients.values())  # noqa: E731
         off = 17 * MiB + 5000
+        before = fetched()
         assert await read_all(cluster, layout, off, 4096) == data(size, 31)[off:off + 4096]
-        fetched = sum(c.bytes_read for c in cluster.clients.values()) - before
-        assert fetched == 8 * cluster.codec.fragment_size(MiB)  # one segment's data fragments
+        assert fetched() - before == 4096  # verbatim from the one data fragment holding it
+        assert cluster.stats["direct_reads"] == 1
+        # with that fragment's node down: decode the one segment from 8 fragments
+        holder = layout.placement[(5000 // 131072)]
+        nodes.kill(nodes.ids.index(holder))
+        await cluster.check_health()
+        before = fetched()
+        assert await read_all(cluster, layout, off, 4096) == data(size, 31)[off:off + 4096]
+        assert fetched() - before == 8 * cluster.codec.fragment_size(MiB)
+        # a range across a segment boundary with all up but one: two segments, no more
+        before = fetched()
+        assert await read_all(cluster, layout, 3 * MiB - 10, 20) == data(size, 31)[
+            3 * MiB - 10:3 * MiB + 10]
+        assert fetched() - before <= 2 * 8 * cluster.codec.fragment_size(MiB)
 
 
 async def test_stalled_node_times_out_and_reads_and_writes_go_on(

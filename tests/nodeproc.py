@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -253,9 +254,12 @@ async def node_request(session, cluster: NodeCluster, i: int, method: str, path:
                        headers: Mapping[str, str] | None = None, sign_body: bool = True,
                        signed: bool = True) -> tuple[int, Mapping[str, str], bytes]:
     """One request to node i through an aiohttp ClientSession, the path sent exactly as given
-    (no normalisation, so tests can send path tricks); returns (status, headers, body)."""
+    (no normalisation, so tests can send path tricks); returns (status, headers, body).
+    Writes get a random `nonce` query parameter, as the node refuses a replayed write."""
     from yarl import URL
 
+    if method in ("PUT", "DELETE") and signed:
+        query = {**(query or {}), "nonce": secrets.token_hex(8)}
     h: dict[str, str] = {}
     if signed:
         h.update(cluster.headers(i, method, path, query,

@@ -8,13 +8,18 @@ Every request is verified with `verify_request` except:
   host; these endpoints reveal counters and sizes, never data or ids), or "signed" (never).
 
 Replays: a request is accepted only within the signature's time window (nodeauth's
-DEFAULT_WINDOW, 300 s either side of the node's clock); that window is the replay bound of the
-contract. No per-request nonce cache is kept: identical legitimate requests within one second
-(an idempotent DELETE retried, the same fragment re-sent after a failure) carry identical
-signatures, and refusing them would break retries between gateway and nodes.
+DEFAULT_WINDOW, 300 s either side of the node's clock). Within the window, a PUT or DELETE
+signature is accepted only once, so a captured write cannot be re-sent (streamed PUTs are
+UNSIGNED-PAYLOAD: a replay could carry another body). Identical legitimate writes within one
+second would carry identical signatures, so writers add a random `nonce` query parameter
+(it is covered by the signature; erasure/nodeclient.py does). The memory of seen signatures
+is per process and bounded.
 """
 
 from __future__ import annotations
+
+import time
+from collections import OrderedDict
 
 from aiohttp import web
 
@@ -25,13 +30,38 @@ BODY_HASH: web.RequestKey[str] = web.RequestKey("zg_body_hash", str)
 OPEN_PATHS = frozenset({"/health/live"})
 SCRAPE_PATHS = frozenset({"/health/ready", "/metrics"})
 OPEN_METRICS_CHOICES = ("loopback", "any", "signed")
+WRITE_METHODS = frozenset({"PUT", "DELETE", "POST", "PATCH"})
 LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
+
+
+class ReplayCache:
+    """Signatures of writes seen within the window, oldest first, bounded in number."""
+
+    def __init__(self, window: float, max_entries: int = 100_000) -> None:
+        self.window = window
+        self.max_entries = max_entries
+        self._seen: OrderedDict[str, float] = OrderedDict()
+
+    def first_time(self, signature: str, now: float | None = None) -> bool:
+        """True (and remember it) if `signature` was not seen yet; False for a replay."""
+        now = time.time() if now is None else now
+        horizon = now - 2 * self.window  # a timestamp is valid for `window` either side
+        while self._seen:
+            oldest_at = next(iter(self._seen.values()))
+            if oldest_at >= horizon and len(self._seen) < self.max_entries:
+                break
+            self._seen.popitem(last=False)
+        if signature in self._seen:
+            return False
+        self._seen[signature] = now
+        return True
 
 
 def make_auth_middleware(secret: bytes, *, window: float = DEFAULT_WINDOW,
                          open_metrics: str = "loopback"):
     if open_metrics not in OPEN_METRICS_CHOICES:
         raise ValueError(f"open_metrics must be one of {OPEN_METRICS_CHOICES}, not {open_metrics!r}")
+    replays = ReplayCache(window)
 
     @web.middleware
     async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
@@ -50,6 +80,11 @@ def make_auth_middleware(secret: bytes, *, window: float = DEFAULT_WINDOW,
             )
         except AuthError as exc:
             raise NodeError(403, "forbidden", str(exc)) from None
+        if request.method in WRITE_METHODS:
+            signature = request.headers[AUTH_HEADER].partition(" ")[2]
+            if not replays.first_time(signature):
+                raise NodeError(403, "forbidden", "replayed request: this write was already "
+                                "received (sign each write anew, with a random nonce parameter)")
         request[BODY_HASH] = body_hash
         return await handler(request)
 

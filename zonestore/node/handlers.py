@@ -258,7 +258,7 @@ def _query_text(request: web.Request, name: str) -> str:
 
 async def list_records(request: web.Request) -> web.Response:
     _no_body(request)
-    unknown = set(request.rel_url.query) - {"prefix", "after", "limit"}
+    unknown = set(request.rel_url.query) - {"prefix", "after", "limit", "nonce"}
     if unknown:
         raise NodeError(400, "bad_query", f"unknown query parameter(s): {sorted(unknown)}")
     prefix = _query_text(request, "prefix")

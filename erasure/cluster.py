@@ -107,9 +107,9 @@ class ErasureCluster:
         return {nid for nid, c in self.clients.items() if not c.up}
 
     def targets(self, part_uid: str) -> list[str | None]:
-        """Node per fragment index for a new write: the placement, with down nodes' fragments
-        handed off to the next nodes in rendezvous order (None when no node is left)."""
-        down = self.down_nodes()
+        """Node per fragment index for a new write: the placement, with the fragments of nodes
+        that are down (or out of space) handed off to the next nodes in rendezvous order (None when no node is left)."""
+        down = {nid for nid, c in self.clients.items() if not c.writable}
         nodes: list[str | None] = list(self.placement.primary(part_uid))
         if down.intersection(nodes):
             spare = self.placement.handoffs(part_uid, [n for n in nodes if n not in down], down)

@@ -25,6 +25,7 @@ from zonestore.nodeauth import sign_headers
 # aiohttp.web closes idle keep-alive connections after 75 s, uvicorn after 5 s: stay below both,
 # or a reused connection fails with "Cannot write to closing transport".
 KEEPALIVE_TIMEOUT = 4.0
+FULL_BACKOFF = 60.0  # seconds a node that answered 507 gets no new archives
 
 
 class NodeError(Exception):
@@ -73,6 +74,11 @@ class NodeClient:
         self.last_error: str | None = None
         self.last_checked = 0.0
         self.bytes_read = 0      # record payload bytes received (GET bodies)
+        self.full_until = 0.0    # monotonic time until which writes skip this node (507)
+
+    @property
+    def writable(self) -> bool:
+        return self.up and time.monotonic() >= self.full_until
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -97,6 +103,8 @@ class NodeClient:
         except Exception:
             code, msg = "error", resp.reason or ""
         cls = {404: RecordMissing, 409: RecordCorrupt}.get(resp.status, NodeError)
+        if resp.status == 507:  # out of space: stop sending it new archives for a while
+            self.full_until = time.monotonic() + FULL_BACKOFF
         if resp.status >= 500 and resp.status != 507:
             self.last_error = f"{resp.status} {code}"
         return cls(self.id, resp.status, code, msg)

@@ -104,16 +104,27 @@ class CopyBody:
         self.checksum = self._ck.b64() if self._ck is not None else None
 
 
-class Storage:
-    """Bytes of S3 parts on the erasure cluster. Layouts leave as plain dicts."""
+PENDING_GRACE = 6 * 3600.0
 
-    def __init__(self, cluster: Any) -> None:
+
+class Storage:
+    """Bytes of S3 parts on the erasure cluster. Layouts leave as plain dicts.
+
+    Every write is first marked *pending* in the store's orphan queue (due after
+    `pending_grace` seconds); the metadata commit that adopts the part releases the mark in the
+    same transaction. A gateway that dies between writing data and committing metadata thus
+    leaves a queued mark, and the sweeper later finds and deletes those fragments by scanning
+    the nodes for the part uid."""
+
+    def __init__(self, cluster: Any, pending_grace: float = PENDING_GRACE) -> None:
         self.cluster = cluster
+        self.pending_grace = pending_grace
 
     @classmethod
     def from_config(cls, config: Any) -> Storage:
         from erasure.cluster import ErasureCluster
-        return cls(ErasureCluster(config))
+        grace = float(dict(config.gateway or {}).get("pending_grace_seconds", PENDING_GRACE))
+        return cls(ErasureCluster(config), pending_grace=grace)
 
     async def start(self) -> None:
         await self.cluster.start()
@@ -121,17 +132,26 @@ class Storage:
     async def close(self) -> None:
         await self.cluster.close()
 
-    async def write(self, uid: str, body: AsyncIterable[bytes], *, length: int, stream: str,
-                    meta: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+    async def write(self, store: Any, uid: str, body: AsyncIterable[bytes], *, length: int,
+                    stream: str, meta: Callable[[Any], dict[str, Any]]
+                    ) -> tuple[dict[str, Any], int]:
+        """Write a part; returns its layout and the pending mark to release at commit."""
         from erasure.errors import ErasureError
+        mark = store.queue_orphans([{"part_uid": uid, "pending": True}],
+                                   delay=self.pending_grace)[0]
         try:
             layout = await self.cluster.write_part(uid, body, length=length, stream=stream,
                                                    meta=meta)
         except ErasureError as e:
+            # The writer removed what it wrote: the mark has nothing left to find.
+            store.done_orphans([mark])
             log.warning("write of %s failed: %s", uid, e)
             raise S3Error("ServiceUnavailable", "Not enough storage nodes answered; "
                           "nothing was stored. Please retry.") from None
-        return layout_to_dict(layout)
+        except BaseException:
+            store.done_orphans([mark])
+            raise
+        return layout_to_dict(layout), mark
 
     def _layout(self, d: dict[str, Any]) -> Any:
         from erasure.cluster import PartLayout
@@ -157,6 +177,15 @@ class Storage:
                 break
 
     async def delete(self, layout: dict[str, Any]) -> None:
+        if layout.get("pending"):
+            # A write that was never committed: find its archives wherever they landed.
+            uid = layout["part_uid"]
+            for part in await self.cluster.scan(uid + "."):
+                if part.part_uid == uid:
+                    await self.cluster.delete_part(part.layout())
+            if self.cluster.unreachable:
+                raise OSError(f"nodes unreachable: {', '.join(self.cluster.unreachable)}")
+            return
         await self.cluster.delete_part(self._layout(layout))
 
     async def sweep_orphans(self, store: Any, batch: int = 100) -> int:

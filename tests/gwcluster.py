@@ -41,11 +41,13 @@ class Gateway:
     """Nodes + one `zonegate serve` process under root."""
 
     def __init__(self, root: Path, *, nodes: int = 6, k: int = 4, m: int = 2,
-                 workers: int = 1, segment_size: int = 1024 * 1024) -> None:
+                 workers: int = 1, segment_size: int = 1024 * 1024,
+                 gateway_options: dict[str, Any] | None = None) -> None:
         self.root = Path(root)
         self.nodes = NodeCluster(self.root / "nodes", nodes, drives_per_node=1,
                                  secret="gw-test-secret")
         self.k, self.m, self.workers, self.segment_size = k, m, workers, segment_size
+        self.gateway_options = dict(gateway_options or {})
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.config_path = self.root / "zonegate.toml"
@@ -63,7 +65,8 @@ class Gateway:
             "secret": self.nodes.secret,
             "erasure": {"k": self.k, "m": self.m, "segment_size": self.segment_size,
                         "state_dir": str(self.root / "erasure")},
-            "gateway": {"listen": f"127.0.0.1:{self.port}", "metadata": str(self.meta_path)},
+            "gateway": {"listen": f"127.0.0.1:{self.port}", "metadata": str(self.meta_path),
+                        **self.gateway_options},
             "users": [{"name": "alice", "access_key": ACCESS_KEY, "secret_key": SECRET_KEY},
                       {"name": "bob", "access_key": OTHER_ACCESS, "secret_key": OTHER_SECRET}],
             "nodes": [{"id": nid, "url": url, "drives": [str(d) for d in
@@ -74,8 +77,8 @@ class Gateway:
         self.start_gateway()
         return self
 
-    def start_gateway(self) -> None:
-        env = {**os.environ, **MALLOC_ENV, "PYTHONUNBUFFERED": "1"}
+    def start_gateway(self, env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, **MALLOC_ENV, "PYTHONUNBUFFERED": "1", **(env or {})}
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "gateway.cli", "serve", "--config", str(self.config_path),

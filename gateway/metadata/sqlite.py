@@ -194,7 +194,8 @@ class SqliteStore(MetadataStore):
         return self._get_obj(self._conn(), bucket, key)
 
     def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
-                   if_absent: bool = False, upload_id: str | None = None) -> ObjectRecord | None:
+                   if_absent: bool = False, upload_id: str | None = None,
+                   release: list[int] | None = None) -> ObjectRecord | None:
         now = time.time()
         with self._tx() as c:
             old = self._get_obj(c, rec.bucket, rec.key)
@@ -202,6 +203,7 @@ class SqliteStore(MetadataStore):
                 return old
             if if_version is not None and (old is None or old.version != if_version):
                 return old or ObjectRecord(rec.bucket, rec.key, 0, "", 0, "", "")
+            self._release(c, release)
             c.execute(f"INSERT OR REPLACE INTO objects ({self._OBJ_COLS}) "
                       "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                       (rec.bucket, _k(rec.key), rec.size, rec.etag, rec.last_modified, rec.owner,
@@ -319,11 +321,12 @@ class SqliteStore(MetadataStore):
                                    (upload_id,)).fetchone()
         return self._up(row) if row else None
 
-    def put_part(self, part: PartRecord) -> bool:
+    def put_part(self, part: PartRecord, release: list[int] | None = None) -> bool:
         with self._tx() as c:
             if not c.execute("SELECT 1 FROM uploads WHERE upload_id=?",
                              (part.upload_id,)).fetchone():
                 return False
+            self._release(c, release)
             old = c.execute("SELECT layout FROM parts WHERE upload_id=? AND number=?",
                             (part.upload_id, part.number)).fetchone()
             if old:
@@ -408,6 +411,11 @@ class SqliteStore(MetadataStore):
                             (json.dumps(lay), due))
             ids.append(int(cur.lastrowid or 0))
         return ids
+
+    @staticmethod
+    def _release(c: sqlite3.Connection, ids: list[int] | None) -> None:
+        if ids:
+            c.executemany("DELETE FROM orphans WHERE id=?", [(i,) for i in ids])
 
     def queue_orphans(self, layouts: list[dict[str, Any]], delay: float = 0.0) -> list[int]:
         with self._tx() as c:

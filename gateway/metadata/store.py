@@ -113,11 +113,13 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
-                   if_absent: bool = False, upload_id: str | None = None) -> ObjectRecord | None:
+                   if_absent: bool = False, upload_id: str | None = None,
+                   release: list[int] | None = None) -> ObjectRecord | None:
         """Commit rec, queueing the replaced object's layouts (and, with upload_id, the upload's
         parts not used by rec) for deletion. With if_absent / if_version the commit only happens
         if the key is absent / still has that version: returns the current record on conflict,
-        None on success."""
+        None on success. `release`: orphan-queue entries (the pending marks of the data just
+        written) removed in the same transaction, so committed data is never swept."""
 
     @abc.abstractmethod
     def delete_object(self, bucket: str, key: str) -> ObjectRecord | None: ...
@@ -134,9 +136,10 @@ class MetadataStore(abc.ABC):
     def get_upload(self, upload_id: str) -> UploadRecord | None: ...
 
     @abc.abstractmethod
-    def put_part(self, part: PartRecord) -> bool:
-        """Store a part (replacing the same number, queueing its old layout). False if the upload
-        no longer exists (then the caller frees the new layout)."""
+    def put_part(self, part: PartRecord, release: list[int] | None = None) -> bool:
+        """Store a part (replacing the same number, queueing its old layout) and drop the
+        `release` orphan entries in the same transaction. False if the upload no longer exists
+        (then nothing changes and the caller frees the new layout)."""
 
     @abc.abstractmethod
     def list_parts(self, upload_id: str, after: int = 0, limit: int = 10000) -> list[PartRecord]: ...

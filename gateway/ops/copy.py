@@ -119,8 +119,8 @@ async def copy_object(req: S3Request) -> Response:
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
                        owner=req.user, version=new_version(), headers=headers, user_meta=meta)
     body = CopyBody(req.gw.storage.read(src.parts, 0, src.size), src.size, algo)
-    await write_single(req, rec, body)
-    await store_object(req, rec, if_absent=if_absent, if_version=if_version)
+    mark = await write_single(req, rec, body)
+    await store_object(req, rec, [mark], if_absent=if_absent, if_version=if_version)
     ck = {k: v for k, v in rec.checksum.items() if k != "type"}
     ck_xml = el(checksums.xml_name(ck["algorithm"]), ck["value"]) if ck else ""
     return xml_response(f'<CopyObjectResult xmlns="{S3_NS}">{el("ETag", quote_etag(rec.etag))}'

@@ -117,13 +117,13 @@ async def _store_part(req: S3Request, up: UploadRecord, number: int, body: Any) 
         return {"kind": "part", "bucket": up.bucket, "key": up.key, "upload": up.upload_id,
                 "part": number, "part_size": size, "part_etag": etag, "checksum": ck}
 
-    layout = await req.gw.storage.write(part_uid(new_version(), number), body,
-                                        length=known_length(body), stream=up.upload_id,
-                                        meta=archive_meta)
+    layout, mark = await req.gw.storage.write(req.gw.store, part_uid(new_version(), number),
+                                              body, length=known_length(body),
+                                              stream=up.upload_id, meta=archive_meta)
     size, etag, ck = body_result(body)
     part = PartRecord(upload_id=up.upload_id, number=number, size=size, etag=etag,
                       last_modified=now(), layout=layout, checksum=ck)
-    if not req.gw.store.put_part(part):
+    if not req.gw.store.put_part(part, release=[mark]):
         req.gw.store.queue_orphans([layout])
         notify_sweeper(req)
         raise S3Error("NoSuchUpload", UploadId=up.upload_id)
@@ -225,11 +225,11 @@ async def complete_upload(req: S3Request) -> Response:
     async def one() -> AsyncIterator[bytes]:
         yield manifest
 
-    rec.manifest = await req.gw.storage.write(
-        part_uid(up.upload_id, MANIFEST_PART), one(), length=len(manifest), stream=up.upload_id,
-        meta=lambda _: {"kind": "manifest", "upload": up.upload_id,
-                        "object": object_meta(rec)})
-    await store_object(req, rec, upload_id=up.upload_id)
+    rec.manifest, mark = await req.gw.storage.write(
+        req.gw.store, part_uid(up.upload_id, MANIFEST_PART), one(), length=len(manifest),
+        stream=up.upload_id, meta=lambda _: {"kind": "manifest", "upload": up.upload_id,
+                                             "object": object_meta(rec)})
+    await store_object(req, rec, [mark], upload_id=up.upload_id)
     loc = f"/{quote(up.bucket)}/{quote(up.key)}"
     return xml_response(
         f'<CompleteMultipartUploadResult xmlns="{S3_NS}">{el("Location", loc)}'

@@ -3,6 +3,7 @@ HeadObject, DeleteObject, DeleteObjects."""
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -94,11 +95,15 @@ def put_conditions(req: S3Request) -> tuple[bool, str | None]:
     return inm is not None, version
 
 
-async def store_object(req: S3Request, rec: ObjectRecord, *, if_absent: bool = False,
-                       if_version: str | None = None, upload_id: str | None = None) -> None:
-    """Commit rec; on a lost race the new layouts are freed and 412 raised."""
+async def store_object(req: S3Request, rec: ObjectRecord, marks: list[int], *,
+                       if_absent: bool = False, if_version: str | None = None,
+                       upload_id: str | None = None) -> None:
+    """Commit rec (releasing the pending marks of its new data); on a lost race the new
+    layouts are freed and 412 raised."""
+    if os.environ.get("ZONEGATE_TEST_CRASH_BEFORE_COMMIT") == rec.key:
+        os._exit(70)  # fault injection for the crash tests: data written, metadata not
     conflict = req.gw.store.put_object(rec, if_absent=if_absent, if_version=if_version,
-                                       upload_id=upload_id)
+                                       upload_id=upload_id, release=marks)
     if conflict is not None:
         req.gw.store.queue_orphans(rec.layouts())
         notify_sweeper(req)
@@ -114,8 +119,9 @@ def object_meta(rec: ObjectRecord) -> dict[str, Any]:
             "headers": rec.headers, "user_meta": rec.user_meta, "checksum": rec.checksum}
 
 
-async def write_single(req: S3Request, rec: ObjectRecord, body: Any) -> None:
-    """Stream body into the object's one part; fills size, ETag, checksum and parts of rec."""
+async def write_single(req: S3Request, rec: ObjectRecord, body: Any) -> int:
+    """Stream body into the object's one part; fills size, ETag, checksum and parts of rec.
+    Returns the pending mark to release at commit."""
 
     def archive_meta(_: Any) -> dict[str, Any]:
         # Called once the body is consumed and verified: the object is fully known.
@@ -125,9 +131,11 @@ async def write_single(req: S3Request, rec: ObjectRecord, body: Any) -> None:
         return {"kind": "object", "part": 1, "part_size": rec.size, "part_etag": rec.etag,
                 "object": object_meta(rec)}
 
-    layout = await req.gw.storage.write(part_uid(rec.version, 1), body, length=known_length(body),
-                                        stream=rec.bucket, meta=archive_meta)
+    layout, mark = await req.gw.storage.write(req.gw.store, part_uid(rec.version, 1), body,
+                                              length=known_length(body), stream=rec.bucket,
+                                              meta=archive_meta)
     rec.parts = [{"number": 1, "size": rec.size, "etag": rec.etag, "layout": layout}]
+    return mark
 
 
 async def put_object(req: S3Request) -> Response:
@@ -140,8 +148,8 @@ async def put_object(req: S3Request) -> Response:
     known_length(body)
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
                        owner=req.user, version=new_version(), headers=headers, user_meta=meta)
-    await write_single(req, rec, body)
-    await store_object(req, rec, if_absent=if_absent, if_version=if_version)
+    mark = await write_single(req, rec, body)
+    await store_object(req, rec, [mark], if_absent=if_absent, if_version=if_version)
     return Response(b"", headers={"ETag": quote_etag(rec.etag), **checksum_headers(
         {k: v for k, v in rec.checksum.items() if k != "type"})})
 

@@ -56,7 +56,7 @@ class RecordHead:
     crc32c: int | None
 
 
-def make_session(limit_per_host: int = 32) -> aiohttp.ClientSession:
+def make_session(limit_per_host: int = 64) -> aiohttp.ClientSession:
     conn = aiohttp.TCPConnector(limit=0, limit_per_host=limit_per_host,
                                 keepalive_timeout=KEEPALIVE_TIMEOUT)
     return aiohttp.ClientSession(connector=conn, auto_decompress=False)
@@ -83,8 +83,10 @@ class NodeClient:
     # -- plumbing ----------------------------------------------------------------------------
 
     def _timeout(self) -> aiohttp.ClientTimeout:
-        # no total limit (parts can be large); fail when nothing moves for `timeout` seconds
-        return aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_connect=self.timeout,
+        # No total limit (parts can be large): fail when nothing moves for `timeout` seconds.
+        # `connect` would also count waiting for a pooled connection, which is our own queue,
+        # not the node's fault: only the socket connect is bounded.
+        return aiohttp.ClientTimeout(total=None, connect=None, sock_connect=self.timeout,
                                      sock_read=self.timeout)
 
     def _headers(self, method: str, path: str, query: dict[str, str],

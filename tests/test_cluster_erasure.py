@@ -417,3 +417,21 @@ async def test_oversized_metadata_is_refused_and_leaves_nothing(config: ClusterC
             await cluster.write_part("meta0001.p1", body(MiB, 1), length=MiB, stream="t",
                                      meta=lambda r: {"x": "y" * 70000})
         assert await cluster.scan("meta0001") == []
+
+
+async def test_concurrent_writes_and_reads(config: ClusterConfig) -> None:
+    async with ErasureCluster(config) as cluster:
+        sizes = [(n * 613_457) % (5 * MiB) for n in range(24)]
+        layouts = await asyncio.gather(*(put(cluster, f"conc{n:04d}.p1", s, 100 + n)
+                                         for n, s in enumerate(sizes)))
+        assert all(not lay.missing for lay in layouts)
+        got = await asyncio.gather(*(read_all(cluster, lay) for lay in layouts))
+        for n, (s, g) in enumerate(zip(sizes, got, strict=True)):
+            assert g == data(s, 100 + n), n
+        parts = {p.part_uid: p for p in await cluster.scan("conc")}
+        assert len(parts) == 24
+        for n, s in enumerate(sizes):
+            p = parts[f"conc{n:04d}.p1"]
+            assert p.length == s and sorted(p.fragments) == list(range(10))
+            assert p.meta == {"bucket": "b", "key": f"conc{n:04d}.p1", "crc": p.crc32c}
+        assert sum(await asyncio.gather(*(cluster.delete_part(lay) for lay in layouts))) == 240

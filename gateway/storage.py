@@ -176,6 +176,32 @@ class Storage:
             if pos >= end:
                 break
 
+    async def open_read(self, parts: list[dict[str, Any]], offset: int, length: int
+                        ) -> AsyncIterator[bytes]:
+        """`read`, with its first chunk fetched now: an object whose data cannot be read
+        gets a 503 error response instead of a 200 whose body breaks off."""
+        from erasure.errors import ErasureError
+        it = self.read(parts, offset, length)
+        try:
+            first = await anext(it)
+        except StopAsyncIteration:
+            first = b""
+        except ErasureError as e:
+            log.error("read of %s failed: %s", [p["layout"].get("part_uid") for p in parts], e)
+            raise S3Error("ServiceUnavailable", "Not enough storage nodes answered to read "
+                          "this object. Please retry.") from None
+
+        async def rest() -> AsyncIterator[bytes]:
+            try:
+                if first:
+                    yield first
+                async for chunk in it:
+                    yield chunk
+            finally:
+                await aclose_quietly(it)
+
+        return rest()
+
     async def delete(self, layout: dict[str, Any]) -> None:
         if layout.get("pending"):
             # A write that was never committed: find its archives wherever they landed.

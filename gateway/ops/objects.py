@@ -265,8 +265,8 @@ async def _get_or_head(req: S3Request, head: bool) -> Response:
     headers["Content-Length"] = str(length)
     if head or length == 0:
         return Response(b"", status_code=status, headers=headers)
-    return StreamingResponse(req.gw.storage.read(obj.parts, start, length),
-                             status_code=status, headers=headers)
+    body = await req.gw.storage.open_read(obj.parts, start, length)
+    return StreamingResponse(body, status_code=status, headers=headers)
 
 
 async def get_object(req: S3Request) -> Response:

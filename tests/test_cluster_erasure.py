@@ -154,6 +154,16 @@ async def test_every_read_succeeds_with_two_nodes_killed(nodes: NodeCluster,
         assert layout.missing == [] and not set(victims) & set(layout.placement.values())
         assert await read_all(cluster, layout) == data(3 * MiB, 99)
 
+        # the two nodes are gone for good: repair rebuilds their fragments on other nodes
+        report = await repair(cluster, "two", include_unreachable=True)
+        assert sorted(report.unreachable) == sorted(victims)
+        on_victims = [lay.part_uid for lay in layouts if set(victims) & set(lay.placement.values())]
+        assert sorted(p for p, _ in report.fixed) == sorted(on_victims) and on_victims
+        for p in await cluster.scan("two"):
+            assert sorted(p.fragments) == list(range(10))
+            assert not set(victims) & {n for ns in p.fragments.values() for n in ns}
+            assert len({n for ns in p.fragments.values() for n in ns}) == 10
+
 
 async def test_node_killed_mid_write_then_repair_restores_fragment(
         nodes: NodeCluster, config: ClusterConfig, tmp_path: Path) -> None:

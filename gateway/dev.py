@@ -68,6 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"zones per emulated drive, on first start (default {g.nr_zones})")
     p.add_argument("--zone-size", type=parse_size, default=g.zone_size,
                    help=f"zone size, on first start (default {g.zone_size // MiB}M; sparse)")
+    p.add_argument("--recover-metadata", action="store_true",
+                   help="rebuild a lost metadata store from the nodes (`zonegate recover-metadata`) "
+                        "before the gateway starts")
     p.add_argument("--grace", type=float, default=10.0,
                    help="seconds a child gets after SIGTERM before SIGKILL")
     p.add_argument("--start-timeout", type=float, default=180.0,
@@ -297,6 +300,12 @@ class Launcher:
                 self.say(f"ignoring --nodes {a.nodes}: the cluster was created with {n}")
             for note in refresh_config(self.cfg, a.host, a.port):
                 self.say(note)
+            meta = Path(self.cfg.get("gateway", {}).get("metadata", ""))
+            if meta.name and not meta.exists():
+                self._set_aside_stale_wal(meta)
+                if not a.recover_metadata:
+                    self.say(f"the metadata store {meta} is missing: if the nodes hold data, "
+                             "restart with --recover-metadata to rebuild it from them")
         else:
             self.cfg = new_config(self.data, a.nodes or 12, a.host, a.port)
             self.say(f"new cluster: wrote {self.config_path}")
@@ -324,6 +333,33 @@ class Launcher:
             self.cert, key = ensure_self_signed(self.data / "tls")
             serve += ["--tls-cert", str(self.cert), "--tls-key", str(key)]
         self.gateway = Child("gateway", serve, logs / "gateway.log")
+
+    def _set_aside_stale_wal(self, meta: Path) -> None:
+        # A WAL left behind by a deleted database would be replayed into the new, empty one.
+        for suffix in ("-wal", "-shm"):
+            stale = meta.with_name(meta.name + suffix)
+            if stale.exists():
+                aside = stale.with_name(stale.name + f".orphaned-{int(time.time())}")
+                stale.rename(aside)
+                self.say(f"moved {stale.name} of the missing metadata store aside to {aside.name}")
+
+    def _recover_metadata(self) -> bool:
+        argv = [sys.executable, "-m", "gateway.cli", "recover-metadata", "--config",
+                str(self.config_path)]
+        self.say("rebuilding the metadata store from the nodes: " + " ".join(argv[2:]))
+        parent = os.getpid()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=self.env,
+                                preexec_fn=lambda: _child_preexec(parent))
+        while proc.poll() is None:
+            if self.stopping:
+                proc.terminate()
+                proc.wait()
+                return False
+            time.sleep(0.2)
+        if proc.returncode:
+            self.say(f"recover-metadata failed (exit {proc.returncode}); not starting the gateway")
+            return False
+        return True
 
     @property
     def endpoint(self) -> str:
@@ -363,6 +399,8 @@ class Launcher:
             c.spawn(self.env)
         self.say(f"started {len(self.children)} node daemons, waiting for them")
         if not self._wait("nodes", self.children, lambda c: self._node_ready(nodes[c.name])):
+            return False
+        if self.args.recover_metadata and not self._recover_metadata():
             return False
         assert self.gateway is not None
         self.gateway.spawn(self.env)

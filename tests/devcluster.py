@@ -71,12 +71,13 @@ class DevCluster:
         return {**os.environ, "ZONEGATE_ACCESS_KEY": ACCESS_KEY,
                 "ZONEGATE_SECRET_KEY": SECRET_KEY, "PYTHONUNBUFFERED": "1"}
 
-    def start(self, timeout: float = 240.0) -> DevCluster:
+    def start(self, timeout: float = 240.0, extra: tuple[str, ...] = ()) -> DevCluster:
         argv = [sys.executable, "-m", "gateway.cli", "dev", "--data", str(self.data),
                 "--port", str(self.port), "--nodes", str(self.nodes), "--zones", str(self.zones),
                 "--zone-size", self.zone_size, "--workers", str(self.workers), "--grace", "15"]
         if self.tls:
             argv.append("--tls")
+        argv += extra
         self.data.parent.mkdir(parents=True, exist_ok=True)
         offset = len(self.output())  # a restart appends to the same log
         with open(self.log, "ab") as out:

@@ -205,10 +205,10 @@ async def authenticate(req: S3Request) -> None:
     """Verify the signature (SigV4/V2, header or query). Anonymous requests are denied: no
     bucket policies exist to allow them. The body is verified later, as it streams."""
     request = req.request
-    raw_path = (request.scope.get("raw_path") or request.scope["path"].encode()).decode("latin-1")
-    raw_path = raw_path.split("?", 1)[0]
-    query = parse_query_pairs(request.scope.get("query_string", b""))
-    virtual = bool(req.bucket) and not raw_path.startswith("/" + req.bucket)
+    raw_path: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
+    raw_path = raw_path.split(b"?", 1)[0]
+    query = auth.parse_query(request.scope.get("query_string", b""))
+    virtual = bool(req.bucket) and not raw_path.startswith(b"/" + req.bucket.encode())
     res = auth.authenticate(request.method, raw_path, query, request.headers,
                             _credentials(req.gw),
                             resource_prefix="/" + req.bucket if virtual else "")

@@ -373,3 +373,14 @@ def test_presigned_urls_v4_and_v2(gw, s3, bucket):
     time.sleep(2.1)
     status, _, body = call("GET", url)
     assert status == 403 and b"expired" in body
+
+
+def test_unusual_keys_roundtrip(gw, s3, bucket):
+    keys = ["ü/é ä+b%20", "a b?c#d", "x/../y", "//dbl", "tab\tk", "~!@$&'()*,;=:"]
+    v2 = gw.client(signature_version="s3")
+    for k in keys:
+        s3.put_object(Bucket=bucket, Key=k, Body=k.encode())
+        assert s3.get_object(Bucket=bucket, Key=k)["Body"].read() == k.encode(), k
+        assert v2.get_object(Bucket=bucket, Key=k)["Body"].read() == k.encode(), k
+    listed = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert listed == sorted(keys, key=lambda k: k.encode())

@@ -174,6 +174,23 @@ class GatewayMetrics:
         for op in ("encode", "decode"):  # present (as 0) before the first part
             self.coding_seconds.labels(op)
             self.coding_bytes.labels(op)
+        # labels() costs a lock and a tuple per call: keep the children of each operation
+        self._per_op: dict[str, tuple[Any, Any, Any, Any]] = {}
+        self._per_status: dict[tuple[str, int], Any] = {}
+
+    def for_operation(self, op: str) -> tuple[Any, Any, Any, Any]:
+        """(ttfb, duration, received, sent) children of an operation."""
+        c = self._per_op.get(op)
+        if c is None:
+            c = self._per_op[op] = (self.ttfb.labels(op), self.duration.labels(op),
+                                    self.received.labels(op), self.sent.labels(op))
+        return c
+
+    def request_counter(self, op: str, status: int) -> Any:
+        c = self._per_status.get((op, status))
+        if c is None:
+            c = self._per_status[(op, status)] = self.requests.labels(op, str(status))
+        return c
 
     # -- erasure events ----------------------------------------------------------------------
 
@@ -316,6 +333,7 @@ class MetricsMiddleware:
         m = self.metrics or get_metrics()
         start = time.perf_counter()
         op = operation_of(scope)
+        ttfb, duration, received_bytes, sent_bytes = m.for_operation(op)
         received = sent = 0
         status = 0
         first_byte = False
@@ -333,7 +351,7 @@ class MetricsMiddleware:
                 status = int(message["status"])
                 if not first_byte:
                     first_byte = True
-                    m.ttfb.labels(op).observe(time.perf_counter() - start)
+                    ttfb.observe(time.perf_counter() - start)
             elif message["type"] == "http.response.body":
                 sent += len(message.get("body", b""))
             await send(message)
@@ -344,12 +362,12 @@ class MetricsMiddleware:
         finally:
             m.in_flight.dec()
             # a request that died before answering counts as a 500 (uvicorn sends one)
-            m.requests.labels(op, str(status or 500)).inc()
-            m.duration.labels(op).observe(time.perf_counter() - start)
+            m.request_counter(op, status or 500).inc()
+            duration.observe(time.perf_counter() - start)
             if received:
-                m.received.labels(op).inc(received)
+                received_bytes.inc(received)
             if sent:
-                m.sent.labels(op).inc(sent)
+                sent_bytes.inc(sent)
 
 
 def metrics_endpoint(metrics: GatewayMetrics | None = None) -> ASGIApp:

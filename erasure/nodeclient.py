@@ -292,6 +292,14 @@ class RecordReader:
             raise RecordCorrupt(self.client.id, 0, "short_body",
                                 f"{self.record_id}: body ended early ({len(e.partial)} of {n})"
                                 ) from None
+        except aiohttp.ClientPayloadError as e:
+            # The node cuts a stream whose CRC fails; a node that dies mid-body looks the same
+            # from here. Tell them apart by asking whether the node is still there.
+            if await self.client.check():
+                raise RecordCorrupt(self.client.id, 0, "short_body",
+                                    f"{self.record_id}: stream cut by the node ({e})") from None
+            raise NodeUnavailable(self.client.id, 0, "unavailable",
+                                  self.client.last_error or str(e)) from e
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
             raise self.client._down(e) from e
 

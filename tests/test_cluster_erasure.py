@@ -445,3 +445,24 @@ async def test_concurrent_writes_and_reads(config: ClusterConfig) -> None:
             assert p.length == s and sorted(p.fragments) == list(range(10))
             assert p.meta == {"bucket": "b", "key": f"conc{n:04d}.p1", "crc": p.crc32c}
         assert sum(await asyncio.gather(*(cluster.delete_part(lay) for lay in layouts))) == 240
+
+
+async def test_corruption_found_mid_stream_is_not_a_dead_node(nodes: NodeCluster,
+                                                             config: ClusterConfig) -> None:
+    size, uid = 24 * MiB, "corrupt2.p1"
+    async with ErasureCluster(config) as cluster:
+        layout = await put(cluster, uid, size, 12)
+        payload = data(size, 12)
+        node = layout.placement[0]
+        # deep inside the archive (segment 20), past the chunk the node checks before answering;
+        # the chunk counter at 20 MiB makes these bytes unique
+        _flip_on_disk(nodes.drive_paths(nodes.ids.index(node)), payload[20 * MiB:20 * MiB + 64])
+        assert await read_all(cluster, layout) == payload
+        assert cluster.stats["degraded_reads"] == 1
+        assert cluster.is_up(node)  # the node cut one stream; it is not down
+        [rec] = cluster.repair_queue.records()
+        assert rec.indexes == [0] and "stream cut by the node" in rec.reason, rec.reason
+        report = await repair(cluster, uid)
+        assert [(p, dict(w)) for p, w in report.fixed] == [(uid, {0: node})]
+        assert await read_all(cluster, layout) == payload
+        assert cluster.stats["degraded_reads"] == 1

@@ -177,6 +177,9 @@ class SqliteStore(MetadataStore):
     _OBJ_COLS = ("bucket, key, size, etag, last_modified, owner, version, headers, user_meta, "
                  "checksum, parts, manifest")
 
+    _LIST_COLS = ("bucket, key, size, etag, last_modified, owner, version, '{}', '{}', "
+                  "checksum, '[]', NULL")
+
     @staticmethod
     def _obj(row: tuple) -> ObjectRecord:
         return ObjectRecord(
@@ -261,7 +264,8 @@ class SqliteStore(MetadataStore):
         while True:
             # Batches keep each query short; rollups jump the cursor past a whole prefix.
             cond = "key >= ?" if inclusive else "key > ?"
-            q = f"SELECT {self._OBJ_COLS} FROM objects WHERE bucket=? AND {cond}"
+            # Listings never need the part layouts (a 10,000-part object's row is megabytes).
+            q = f"SELECT {self._LIST_COLS} FROM objects WHERE bucket=? AND {cond}"
             args: list[Any] = [bucket, lower]
             if end is not None:
                 q += " AND key < ?"

@@ -126,7 +126,9 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
-                     limit: int) -> ListPage: ...
+                     limit: int) -> ListPage:
+        """Objects in the page carry no headers, user metadata or parts (listings need only
+        key, size, ETag, last-modified, owner and checksum)."""
 
     # uploads
     @abc.abstractmethod

@@ -46,6 +46,12 @@ class ScanStats:
     damaged: int = 0  # bytes regions that are neither records nor zero fill
     full_rebuild: bool = False
     readable_end: int = 0  # where the last scan found the end of readable data
+    # The last scan stopped at a record cut by the write pointer (a write killed mid-way):
+    # where it starts, and where its header says it ends.
+    cut_at: int | None = None
+    cut_end: int = 0
+    # zone -> relative offset where appends may resume (past a cut record)
+    resume: dict[int, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -72,6 +78,7 @@ def scan_zone(device: ZonedDevice, start: int, end: int, stats: ScanStats | None
     """Yield (header, device offset, payload) for each valid record in [start, end). Payloads
     are read for COMMIT and TOMBSTONE records (CRC-checked); for DATA only with verify_data."""
     stats = stats or ScanStats()
+    stats.cut_at = None
     pos = start
     buf = b""
     buf_off = start
@@ -102,6 +109,7 @@ def scan_zone(device: ZonedDevice, start: int, end: int, stats: ScanStats | None
             break  # a header cut by the write pointer: a flush that never completed
         rec_end = pos + h.record_size
         if rec_end > end:
+            stats.cut_at, stats.cut_end = pos, rec_end
             break
         payload = None
         if h.type is not RecordType.DATA or verify_data:
@@ -217,6 +225,13 @@ def recover(device: ZonedDevice, index: Index,
             else:
                 tombs.append((h, off))
         done += ends[z.index] - iwp
+        if stats.cut_at is not None and z.cond is not ZoneCondition.FULL:
+            # New records must not land inside the cut record's claimed length, or a scan
+            # from the zone start would skip them; and the cut record must be seen by the
+            # next recovery too, so the index stays known only up to its start.
+            bs = device.info.physical_block_size
+            stats.resume[z.index] = -(-(stats.cut_end - z.start) // bs) * bs
+            ends[z.index] = stats.cut_at - z.start
         if z.cond is ZoneCondition.FULL:
             ends[z.index] = max(iwp, stats.readable_end - z.start)
             wps[z.index] = z.start + ends[z.index]

@@ -41,11 +41,22 @@ class ReclaimResult:
     seconds: float = 0.0
 
 
-async def reset_zone(log: ZoneLog, z: int) -> None:
+async def reset_zone(log: ZoneLog, z: int, drops: list[Entry] | tuple = ()) -> None:
+    """Reset a zone nothing live points into except the tombstones `drops`, which are
+    forgotten with it. Checked and started without an await in between: a put cannot pin a
+    FULL zone, so the check holds until the reset. The tombstones leave the index only after
+    the reset: a crash in between makes the next open rebuild, never resurrect a record."""
+    drops = [e for e in drops if log.index.lookup(e.id) == e]
+    held = sum(e.commit_size for e in drops)
+    if z not in log.full_zones or log.index.live.get(z, 0) - held > 0 or log.pinned.get(z):
+        raise RuntimeError(f"zone {z} still holds live or pending records")
     # Readers holding old extents notice the epoch change and follow the record's new copy.
     log.zone_epoch[z] = log.zone_epoch.get(z, 0) + 1
     await asyncio.to_thread(log.device.reset_zone, z)
     with log.index.txn():
+        for e in drops:
+            if log.index.lookup(e.id) == e:
+                log.index.drop_tombstone(e)
         log.index.clear_zone(z)
     log.zone_reset_done(z)
 
@@ -54,11 +65,11 @@ async def reset_dead_zones(log: ZoneLog) -> int:
     """Reset every FULL zone without live bytes; returns how many."""
     n = 0
     for z in sorted(log.full_zones):
-        if z in log._reclaiming or log.index.live.get(z, 0) > 0:
+        if z in log._reclaiming or log.index.live.get(z, 0) > 0 or log.pinned.get(z):
             continue
         log._reclaiming.add(z)
         try:
-            if z in log.full_zones and log.index.live.get(z, 0) <= 0:
+            if z in log.full_zones and log.index.live.get(z, 0) <= 0 and not log.pinned.get(z):
                 await reset_zone(log, z)
                 n += 1
         finally:
@@ -120,17 +131,14 @@ async def _evacuate(log: ZoneLog, z: int, lim: _Limiter, res: ReclaimResult) -> 
                 res.tombstones_copied += 1
             else:
                 drops.append(e)
-    with log.index.txn():
-        for e in drops:
-            cur = log.index.lookup(e.id)
-            if cur == e and not log.index.tombstone_needed(e, z):
-                log.index.drop_tombstone(e)
-                res.tombstones_dropped += 1
-    if log.index.live.get(z, 0) > 0:
-        # Something still lives here (a record replaced its copy concurrently and then... or a
-        # copy failed): keep the zone, a later pass retries.
+    drops = [e for e in drops
+             if log.index.lookup(e.id) == e and not log.index.tombstone_needed(e, z)]
+    if log.index.live.get(z, 0) - sum(e.commit_size for e in drops) > 0 or log.pinned.get(z):
+        # A put that was still running when the zone was scanned committed (or is about to):
+        # keep the zone, a later pass moves that record too.
         return False
-    await reset_zone(log, z)
+    await reset_zone(log, z, drops)
+    res.tombstones_dropped += len(drops)
     return True
 
 
@@ -147,7 +155,7 @@ async def reclaim_pass(log: ZoneLog, *, max_zones: int | None = None,
         res.zones_reset += await reset_dead_zones(log)
         cap = log.zone_capacity
         cands = [(cap - log.index.live.get(z, 0), z) for z in log.full_zones
-                 if z not in log._reclaiming]
+                 if z not in log._reclaiming and not log.pinned.get(z)]
         cands = [(g, z) for g, z in cands if g >= min_garbage * cap and g > 0]
         cands.sort(reverse=True)
         if max_zones is not None:
@@ -156,6 +164,8 @@ async def reclaim_pass(log: ZoneLog, *, max_zones: int | None = None,
         for _, z in cands:
             if log._closed:
                 break
+            if z not in log.full_zones or z in log._reclaiming or log.pinned.get(z):
+                continue  # reset meanwhile (and maybe reused) by a put that needed space
             log._reclaiming.add(z)
             try:
                 before = res.records_copied + res.tombstones_copied

@@ -125,7 +125,8 @@ class ZoneLog:
         open_limit = info.max_open_zones or max_open
         active_limit = info.max_active_zones or 1 << 30
         self.active_limit = active_limit
-        self.slots = max(1, min(open_limit, active_limit) - 1)  # one held back for reclaim
+        # One zone each is held back for reclaim and for tombstones.
+        self.slots = max(1, min(open_limit, active_limit) - 2)
         zones = device.report_zones()
         seq_zones = [z for z in zones if z.is_sequential]
         self.zone_capacity = seq_zones[0].capacity if seq_zones else 0
@@ -141,6 +142,8 @@ class ZoneLog:
         self._alloc_lock = asyncio.Lock()
         self._reclaim_lock = asyncio.Lock()
         self._reclaiming: set[int] = set()
+        self.pinned: dict[int, int] = {}  # zone -> puts with uncommitted chunks there
+        self._resume: dict[int, int] = {}
         self.zone_epoch: dict[int, int] = {}
         self._seq = index.max_seq
         self._closed = False
@@ -159,8 +162,9 @@ class ZoneLog:
         info = device.info
         index = Index(index_path, zone_size=info.zone_size, nr_zones=info.nr_zones)
         try:
-            await asyncio.to_thread(recover, device, index)
+            found = await asyncio.to_thread(recover, device, index)
             log = cls(device, index, **tuning)
+            log._set_resume_points(found.resume)
         except BaseException:
             index.close()
             raise
@@ -213,6 +217,18 @@ class ZoneLog:
             self.device.finish_zone(i)
             self._spares.discard(i)
             self._full.add(i)
+
+    def _set_resume_points(self, resume: dict[int, int]) -> None:
+        """Zones whose tail holds a record cut by a crash resume past its claimed end."""
+        for z, at in resume.items():
+            if z not in self._spares or at <= self._written[z]:
+                continue
+            if at >= self.zone_capacity:
+                self.device.finish_zone(z)
+                self._spares.discard(z)
+                self._full.add(z)
+            else:
+                self._resume[z] = at
 
     async def close(self) -> None:
         """Flush every buffer, close the open zones and the index. A device passed to `open`
@@ -298,6 +314,14 @@ class ZoneLog:
                     self.index.seal(w.zone)
             return
         self._written[w.zone] = z.written
+        if w.error is not None and z.wp != z.start and z.cond is not ZoneCondition.FULL:
+            # A failed write may have left a cut record: never append after it.
+            try:
+                self.device.finish_zone(w.zone)
+                self._full.add(w.zone)
+            except OSError:
+                self._bad.add(w.zone)
+            return
         if z.cond in (ZoneCondition.OFFLINE, ZoneCondition.READONLY):
             self._bad.add(w.zone)
         elif z.wp == z.start:
@@ -307,12 +331,16 @@ class ZoneLog:
 
     # ------------------------------------------------------------------ zone allocation
 
-    def _take_zone(self, gc: bool) -> int | None:
+    def _take_zone(self, kind: str) -> int | None:
+        """A zone for a new writer. Puts leave `gc_reserve_zones` + 1 empty zones, deletes
+        (tombstones) leave `gc_reserve_zones`, reclaim may take the last one: freeing space
+        never needs space that puts could have taken."""
         if self._spares:
             z = min(self._spares, key=lambda i: self._written[i])
             self._spares.discard(z)
             return z
-        if len(self._empty) <= (0 if gc else self.gc_reserve_zones):
+        keep = {"put": self.gc_reserve_zones + 1, "tomb": self.gc_reserve_zones, "gc": 0}[kind]
+        if len(self._empty) <= keep:
             return None
         if len(self._writers) + len(self._spares) + 1 > self.active_limit:
             return None
@@ -323,6 +351,9 @@ class ZoneLog:
     def _new_writer(self, z: int, gc: bool) -> ZoneWriter:
         start = z * self.zone_size
         w = ZoneWriter(self, z, start + self._written[z], start + self.zone_capacity, gc=gc)
+        at = self._resume.pop(z, 0)
+        if at > self._written[z]:
+            w.append(bytes(at - self._written[z]))  # zero fill over a cut record's claim
         self._writers[z] = w
         return w
 
@@ -336,10 +367,12 @@ class ZoneLog:
                     w = self._streams.get(stream)
                 if w is not None and not w.closing and w.error is None:
                     return w
-                stream_writers = [w for w in self._writers.values() if not w.gc]
-                if gc or len(stream_writers) < self.slots:
-                    # Deletes may dig into the reserve: freeing space must not need space.
-                    z = self._take_zone(gc or stream == TOMBSTONE_STREAM)
+                tomb = stream == TOMBSTONE_STREAM
+                stream_writers = [w for w in self._writers.values()
+                                  if not w.gc and w is not self._streams.get(TOMBSTONE_STREAM)]
+                if gc or tomb or len(stream_writers) < self.slots:
+                    z = self._take_zone("gc" if gc else
+                                        "tomb" if stream == TOMBSTONE_STREAM else "put")
                     if z is None:
                         if not gc and await self._free_dead_zones():
                             continue
@@ -418,6 +451,26 @@ class ZoneLog:
     async def _put(self, rid: str, body: bytes | AsyncIterable[bytes], stream: str,
                    meta: bytes | Callable[[], bytes], length: int | None, seq: int,
                    cur: _PutCursor, gen: int = 0, gc: bool = False) -> RecordInfo:
+        # Zones holding chunks of this put are pinned until its COMMIT is indexed: until then
+        # nothing counts those chunks as live, and reclaim must not reset their zone.
+        pins: set[int] = set()
+        try:
+            return await self._put_pinned(rid, body, stream, meta, length, seq, cur, gen, gc,
+                                          pins)
+        finally:
+            for z in pins:
+                self.pinned[z] -= 1
+                if not self.pinned[z]:
+                    del self.pinned[z]
+
+    def _pin(self, pins: set[int], zone: int) -> None:
+        if zone not in pins:
+            pins.add(zone)
+            self.pinned[zone] = self.pinned.get(zone, 0) + 1
+
+    async def _put_pinned(self, rid: str, body: bytes | AsyncIterable[bytes], stream: str,
+                          meta: bytes | Callable[[], bytes], length: int | None, seq: int,
+                          cur: _PutCursor, gen: int, gc: bool, pins: set[int]) -> RecordInfo:
         hsize = header_size(len(rid))
         chunk = self.chunk_size
         extents: list[Extent] = []
@@ -439,6 +492,7 @@ class ZoneLog:
                 hdr = encode_header(RecordType.DATA, rid, seq=seq, gen=gen, arg=logical,
                                     payload_len=n, payload_crc=c)
                 off = w.append(hdr, piece)
+                self._pin(pins, w.zone)
                 extents.append(Extent(off + hsize, n, c))
                 sizes.append(hsize + n)
                 cur.used[w] = off + hsize + n
@@ -512,6 +566,7 @@ class ZoneLog:
             for ow, end in waits:
                 await ow.wait_durable(end)
         off = w.append(hdr, payload)
+        self._pin(pins, w.zone)
         if inline:
             extents = [Extent(off + hsize + inline_data_offset(stream, len(blob)), total, whole)]
             sizes = [0]
@@ -542,7 +597,11 @@ class ZoneLog:
         rec = encode_record(RecordType.TOMBSTONE, rid, seq=seq, gen=gen)
         cur = _PutCursor()
         try:
-            w = await self._cursor_writer(cur, TOMBSTONE_STREAM, len(rec), gc=gc)
+            try:
+                w = await self._cursor_writer(cur, TOMBSTONE_STREAM, len(rec), gc=gc)
+            except NoSpace:
+                # Tombstones are tiny: ride in the reclaim zone rather than refuse a delete.
+                w = await self._cursor_writer(cur, TOMBSTONE_STREAM, len(rec), gc=True)
             off = w.append(rec)
         finally:
             cur.release()
@@ -627,7 +686,7 @@ class ZoneLog:
 
     def free_bytes(self) -> int:
         """Bytes that puts can still use (empty zones beyond the reserve, open zones' room)."""
-        free = self.zone_capacity * max(0, len(self._empty) - self.gc_reserve_zones)
+        free = self.zone_capacity * max(0, len(self._empty) - self.gc_reserve_zones - 1)
         free += sum(w.remaining for w in self._writers.values() if not w.gc)
         free += sum(self.zone_capacity - self._written[z] for z in self._spares)
         return free

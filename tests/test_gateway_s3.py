@@ -384,3 +384,32 @@ def test_unusual_keys_roundtrip(gw, s3, bucket):
         assert v2.get_object(Bucket=bucket, Key=k)["Body"].read() == k.encode(), k
     listed = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
     assert listed == sorted(keys, key=lambda k: k.encode())
+
+
+def test_oversized_put_refused_before_the_body(gw, bucket):
+    """A 6 GB single PUT announced with Expect: 100-continue is refused at once: no 100, no
+    body read, an EntityTooLarge error, and the connection closed."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    from tests.gwcluster import ACCESS_KEY, SECRET_KEY
+    size = 6_000_000_000
+    areq = AWSRequest(method="PUT", url=f"http://127.0.0.1:{gw.port}/{bucket}/huge",
+                      headers={"Expect": "100-continue", "Content-Length": str(size),
+                               "x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
+    S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(areq)
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+        head = f"PUT /{bucket}/huge HTTP/1.1\r\nHost: 127.0.0.1:{gw.port}\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in areq.headers.items() if k != "Content-Length") + \
+            f"Content-Length: {size}\r\n\r\n"
+        sock.sendall(head.encode())
+        reply = b""
+        while b"</Error>" not in reply:
+            data = sock.recv(65536)
+            if not data:
+                break
+            reply += data
+    assert reply.startswith(b"HTTP/1.1 400")
+    assert b"<Code>EntityTooLarge</Code>" in reply
+    assert b"connection: close" in reply.lower()

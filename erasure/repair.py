@@ -14,6 +14,7 @@ so repair can be interrupted and run again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from erasure.cluster import ErasureCluster, ScannedPart
 from erasure.codec import CodecError
 from erasure.layout import PartLayout, archive_id
-from erasure.nodeclient import NodeError, RecordReader
+from erasure.nodeclient import NodeError, RecordCorrupt, RecordReader
 from erasure.writer import ArchiveUpload
 
 log = logging.getLogger(__name__)
@@ -131,10 +132,12 @@ def _targets(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
     return out
 
 
-async def rebuild(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
-    """Rebuild d.rebuild; returns index -> node written. Tries other sources if one fails."""
+async def rebuild(cluster: ErasureCluster, d: Damage) -> tuple[dict[int, str], dict[int, str]]:
+    """Rebuild d.rebuild; returns (index -> node written, sources found corrupt on the way).
+    A source that fails is replaced by another fragment, as long as k remain."""
     p = d.part
     bad_sources: set[tuple[int, str]] = set()
+    corrupt: dict[int, str] = {}
     last: Exception | None = None
     for _ in range(p.scheme.m + 1):
         sources = [(i, nodes[0]) for i, nodes in sorted(p.fragments.items())
@@ -142,17 +145,20 @@ async def rebuild(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
         if len(sources) < p.scheme.k:
             break
         try:
-            return await _rebuild_once(cluster, d, sources[:p.scheme.k])
+            return await _rebuild_once(cluster, d, sources[:p.scheme.k]), corrupt
         except _SourceFailed as e:
             bad_sources.add(e.source)
+            if e.corrupt:
+                corrupt[e.source[0]] = str(e)
             last = e
     raise RuntimeError(f"part {p.part_uid}: not enough readable fragments ({last})")
 
 
 class _SourceFailed(Exception):
-    def __init__(self, source: tuple[int, str], why: str) -> None:
+    def __init__(self, source: tuple[int, str], why: str, corrupt: bool = False) -> None:
         super().__init__(f"f{source[0]:02d} on {source[1]}: {why}")
         self.source = source
+        self.corrupt = corrupt
 
 
 async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[int, str]]
@@ -169,7 +175,7 @@ async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[
             try:
                 await r.__aenter__()
             except NodeError as e:
-                raise _SourceFailed(src, str(e)) from e
+                raise _SourceFailed(src, str(e), isinstance(e, RecordCorrupt)) from e
             readers.append((src, r))
         meta = json.loads(readers[0][1].head.meta)
         for i, node in targets.items():
@@ -185,11 +191,11 @@ async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[
                 try:
                     frags.append(await r.read_exactly(fsize))
                 except NodeError as e:
-                    raise _SourceFailed(src, str(e)) from e
+                    raise _SourceFailed(src, str(e), isinstance(e, RecordCorrupt)) from e
             try:
                 rebuilt = codec.reconstruct(frags, order)
             except CodecError as e:
-                raise _SourceFailed(readers[0][0], str(e)) from e
+                raise _SourceFailed(readers[0][0], str(e), True) from e
             by_index = {codec.fragment_index(f): f for f in rebuilt}
             await asyncio.gather(*(s.feed(by_index[i], cluster.node_timeout)
                                    for i, s in sinks.items()))
@@ -218,9 +224,12 @@ def _stream_of(meta: dict) -> str:
 
 
 async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = False,
-                 include_unreachable: bool = False, dry_run: bool = False, on_found: Callable[[int], None] | None = None,
+                 include_unreachable: bool = False, dry_run: bool = False,
+                 on_found: Callable[[int], None] | None = None,
                  on_done: Callable[[str, dict[int, str] | str], None] | None = None
                  ) -> RepairReport:
+    """Find damaged parts and rebuild them; `on_found(n)` once the scan is done, `on_done(part,
+    index -> node | error)` after each part."""
     damaged, report = await find_damage(cluster, prefix, deep=deep,
                                         include_unreachable=include_unreachable)
     if on_found:
@@ -230,7 +239,7 @@ async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = Fals
             report.failed.append((d.part.part_uid, f"would rebuild {d.rebuild} (dry run)"))
             continue
         try:
-            written = await rebuild(cluster, d)
+            written = await _rebuild_all(cluster, d)
         except (NodeError, RuntimeError, ValueError, CodecError) as e:
             report.failed.append((d.part.part_uid, str(e)))
             if on_done:
@@ -241,3 +250,18 @@ async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = Fals
         if on_done:
             on_done(d.part.part_uid, written)
     return report
+
+
+async def _rebuild_all(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
+    """Rebuild a part, then the sources found corrupt while doing it (one more pass)."""
+    written, corrupt = await rebuild(cluster, d)
+    if corrupt:
+        p = d.part
+        fragments = {**p.fragments, **{i: [n] for i, n in written.items()}}
+        again = Damage(dataclasses.replace(p, fragments=fragments), sorted(corrupt), corrupt,
+                       d.layout)
+        more, still = await rebuild(cluster, again)
+        written.update(more)
+        if still:
+            raise RuntimeError(f"part {p.part_uid}: more corrupt fragments: {still}")
+    return written

@@ -466,3 +466,23 @@ async def test_corruption_found_mid_stream_is_not_a_dead_node(nodes: NodeCluster
         assert [(p, dict(w)) for p, w in report.fixed] == [(uid, {0: node})]
         assert await read_all(cluster, layout) == payload
         assert cluster.stats["degraded_reads"] == 1
+
+
+async def test_repair_also_fixes_a_corrupt_source_it_meets(nodes: NodeCluster,
+                                                           config: ClusterConfig) -> None:
+    size, uid = 24 * MiB, "corrupt3.p1"
+    async with ErasureCluster(config) as cluster:
+        layout = await put(cluster, uid, size, 13)
+        payload = data(size, 13)
+        lost, rotten = layout.placement[6], layout.placement[2]
+        assert await cluster.clients[lost].delete(archive_id(uid, 6))
+        # data fragment 2 of segment 20 starts with chunk 81's counter (unique bytes)
+        start = 20 * MiB + 2 * 131072
+        _flip_on_disk(nodes.drive_paths(nodes.ids.index(rotten)), payload[start:start + 64])
+        report = await repair(cluster, uid)
+        assert [(p, dict(w)) for p, w in report.fixed] == [(uid, {6: lost, 2: rotten})]
+        for i in (2, 6):
+            assert len(await cluster.clients[layout.placement[i]].get_bytes(
+                archive_id(uid, i))) == cluster.codec.archive_length(size)
+        assert await read_all(cluster, layout) == payload
+        assert cluster.stats["degraded_reads"] == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from urllib.parse import quote
 
 from starlette.responses import Response
@@ -22,8 +23,11 @@ from gateway.ops.common import (
     xml_response,
 )
 
+Encoder = Callable[[str], str]
 
-def _encoder(req: S3Request):  # noqa: ANN202 - tiny local helper
+
+def _encoder(req: S3Request) -> tuple[Encoder, str]:
+    """The key encoder for encoding-type (identity or URL-encoding) and its XML element."""
     et = req.query.get("encoding-type")
     if et is None or et == "":
         return lambda s: s, ""
@@ -42,7 +46,7 @@ def _page(req: S3Request, after: str) -> tuple[ListPage, str, str, int]:
     return page, prefix, delimiter, max_keys
 
 
-def _contents(obj: ObjectRecord, enc, owner: bool, tag: str = "Contents",  # noqa: ANN001
+def _contents(obj: ObjectRecord, enc: Encoder, owner: bool, tag: str = "Contents",
               version: bool = False) -> str:
     v = "<VersionId>null</VersionId><IsLatest>true</IsLatest>" if version else ""
     ck = ""
@@ -57,7 +61,7 @@ def _contents(obj: ObjectRecord, enc, owner: bool, tag: str = "Contents",  # noq
             f"</{tag}>")
 
 
-def _prefixes(page: ListPage, enc) -> str:  # noqa: ANN001
+def _prefixes(page: ListPage, enc: Encoder) -> str:
     return "".join(f"<CommonPrefixes>{el('Prefix', enc(p))}</CommonPrefixes>"
                    for p in page.prefixes)
 

@@ -413,3 +413,15 @@ def test_oversized_put_refused_before_the_body(gw, bucket):
     assert reply.startswith(b"HTTP/1.1 400")
     assert b"<Code>EntityTooLarge</Code>" in reply
     assert b"connection: close" in reply.lower()
+
+
+def test_version_ids_of_an_unversioned_store(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="v", Body=b"x")
+    assert s3.get_object(Bucket=bucket, Key="v", VersionId="null")["Body"].read() == b"x"
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="v", VersionId="3HL4kqtJlcpXroDTDmJ")
+    assert code(e) == "NoSuchVersion"
+    s3.delete_object(Bucket=bucket, Key="v", VersionId="null")
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="v")
+    assert e.value.response["Error"]["Code"] == "404"

@@ -208,8 +208,16 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, min(end, size - 1)
 
 
+def check_version_id(req: S3Request) -> None:
+    """An unversioned store has one version per key, whose id is "null"."""
+    vid = req.query.get("versionId")
+    if vid is not None and vid != "null":
+        raise S3Error("NoSuchVersion", Key=req.key, VersionId=vid)
+
+
 def get_existing(req: S3Request) -> ObjectRecord:
     require_bucket(req)
+    check_version_id(req)
     obj = req.gw.store.get_object(req.bucket, req.key)
     if obj is None:
         raise S3Error("NoSuchKey", resource=req.resource, Key=req.key)
@@ -281,6 +289,7 @@ async def head_object(req: S3Request) -> Response:
 
 async def delete_object(req: S3Request) -> Response:
     require_bucket(req)
+    check_version_id(req)
     if req.gw.store.delete_object(req.bucket, req.key) is not None:
         notify_sweeper(req)
     return Response(status_code=204)

@@ -425,3 +425,25 @@ def test_version_ids_of_an_unversioned_store(s3, bucket):
     with pytest.raises(ClientError) as e:
         s3.head_object(Bucket=bucket, Key="v")
     assert e.value.response["Error"]["Code"] == "404"
+
+
+def test_body_cut_short_stores_nothing(gw, s3, bucket):
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    from tests.gwcluster import ACCESS_KEY, SECRET_KEY
+    s3.put_object(Bucket=bucket, Key="seed", Body=b"s")
+    base = archive_ids(gw)
+    size = 8 * 1024 * 1024
+    areq = AWSRequest(method="PUT", url=f"http://127.0.0.1:{gw.port}/{bucket}/cut",
+                      headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
+    S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(areq)
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+        head = f"PUT /{bucket}/cut HTTP/1.1\r\nHost: 127.0.0.1:{gw.port}\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in areq.headers.items()) + f"Content-Length: {size}\r\n\r\n"
+        sock.sendall(head.encode() + b"c" * (3 * 1024 * 1024))
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="cut")
+    assert e.value.response["Error"]["Code"] == "404"
+    assert wait_for(lambda: not (archive_ids(gw) - base))

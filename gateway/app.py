@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,6 @@ class Gateway:
 
     async def sweep_once(self) -> int:
         """Abort abandoned uploads, then delete queued orphan fragments. Returns parts freed."""
-        import time
         for upload_id in self.store.stale_uploads(time.time() - self.upload_ttl):
             self.store.abort_upload(upload_id)
         return await self.storage.sweep_orphans(self.store)

@@ -62,8 +62,12 @@ def test_bucket_create_is_idempotent_and_delete_needs_empty(store):
     with pytest.raises(BucketNotEmptyError):
         store.delete_bucket("bkt")
     store.delete_object("bkt", "k")
+    store.create_upload(UploadRecord("u1", "bkt", "k2", "alice", 1.0))
+    store.put_part(PartRecord("u1", 1, 10, "e1", 1.0, {"part_uid": "x.p1"}))
+    store.claim_orphans()  # the deleted object's layout
     assert store.delete_bucket("bkt")
-    assert store.get_bucket("bkt") is None
+    assert store.get_bucket("bkt") is None and store.get_upload("u1") is None
+    assert [e.layout["part_uid"] for e in store.claim_orphans()] == ["x.p1"]
 
 
 def test_listing_is_utf8_binary_order(store):

@@ -168,9 +168,17 @@ class SqliteStore(MetadataStore):
 
     def delete_bucket(self, name: str) -> bool:
         with self._tx() as c:
-            if c.execute("SELECT 1 FROM objects WHERE bucket=? LIMIT 1", (name,)).fetchone() or \
-               c.execute("SELECT 1 FROM uploads WHERE bucket=? LIMIT 1", (name,)).fetchone():
+            if c.execute("SELECT 1 FROM objects WHERE bucket=? LIMIT 1", (name,)).fetchone():
                 raise BucketNotEmptyError(name)
+            # Uploads in progress die with the bucket (as in S3); their parts are freed.
+            ups = [r[0] for r in c.execute("SELECT upload_id FROM uploads WHERE bucket=?",
+                                           (name,))]
+            for up in ups:
+                lays = [json.loads(r[0]) for r in
+                        c.execute("SELECT layout FROM parts WHERE upload_id=?", (up,))]
+                self._queue(c, lays, time.time())
+                c.execute("DELETE FROM parts WHERE upload_id=?", (up,))
+            c.execute("DELETE FROM uploads WHERE bucket=?", (name,))
             return c.execute("DELETE FROM buckets WHERE name=?", (name,)).rowcount > 0
 
     # -- objects --------------------------------------------------------------------------

@@ -105,7 +105,7 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def delete_bucket(self, name: str) -> bool:
-        """Raise BucketNotEmptyError if objects or uploads remain."""
+        """Raise BucketNotEmptyError if objects remain; uploads in progress are aborted."""
 
     # objects
     @abc.abstractmethod

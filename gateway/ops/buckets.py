@@ -13,6 +13,7 @@ from gateway.metadata.store import BucketNotEmptyError
 from gateway.ops.common import (
     S3_NS,
     S3Request,
+    notify_sweeper,
     now,
     parse_xml,
     read_small_body,
@@ -70,6 +71,7 @@ async def delete_bucket(req: S3Request) -> Response:
         req.gw.store.delete_bucket(req.bucket)
     except BucketNotEmptyError:
         raise S3Error("BucketNotEmpty", BucketName=req.bucket) from None
+    notify_sweeper(req)
     return Response(status_code=204)
 
 

@@ -261,6 +261,8 @@ def measure(target: Target, client: str, op: str, nbytes: int, fn: Callable[[], 
     err = ""
     try:
         fn()
+    except subprocess.CalledProcessError as e:
+        err = f"{e.cmd[0]} exit {e.returncode}: {(e.stderr or b'').decode(errors='replace')[:150]}"
     except Exception as e:  # a failing peer is reported, not fatal
         err = f"{type(e).__name__}: {e}"[:200]
     seconds, ccpu = time.perf_counter() - t0, client_cpu() - c0
@@ -316,12 +318,13 @@ def run_boto3(target: Target, src: Path, size: int, scratch: Path) -> list[Row]:
 
 def run_curl(target: Target, src: Path, size: int) -> list[Row]:
     url = f"{target.endpoint}/{BUCKET}/curl-object"
+    # S3 (and the gateway) require x-amz-content-sha256 with SigV4; curl 7.x does not add it.
     base = ["curl", "-sS", "--fail", "--aws-sigv4", f"aws:amz:{REGION}:s3", "--user",
-            f"{target.access_key}:{target.secret_key}", "-o", "/dev/null"]
+            f"{target.access_key}:{target.secret_key}", "-o", "/dev/null",
+            "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
 
     def put() -> None:
-        subprocess.run(base + ["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
-                               "-H", "Content-Type: application/octet-stream",
+        subprocess.run(base + ["-H", "Content-Type: application/octet-stream",
                                "-T", str(src), url], check=True, capture_output=True)
 
     def get() -> None:

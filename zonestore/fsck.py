@@ -143,8 +143,9 @@ def _chunk_ok(device: ZonedDevice, chunks: dict[int, Header], h: Header, ext: Ex
             return False
         if ch is None:
             return False
+    # A reclaim copy (gen g) keeps pointing at chunks of older generations it did not move.
     return (ch.type is RecordType.DATA and ch.id == h.id and ch.seq == h.seq
-            and ch.gen == h.gen and ch.arg == logical and ch.payload_len == ext.length
+            and ch.gen <= h.gen and ch.arg == logical and ch.payload_len == ext.length
             and ch.payload_crc == ext.crc)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -34,7 +33,7 @@ class ReclaimResult:
     zones_reset: int = 0  # zones reset with nothing to copy
     zones_evacuated: int = 0  # zones reset after copying their live records out
     records_copied: int = 0
-    bytes_copied: int = 0
+    bytes_copied: int = 0  # payload bytes moved (only the evacuated zones' parts of records)
     tombstones_copied: int = 0
     tombstones_dropped: int = 0
     failed_zones: list[int] = field(default_factory=list)
@@ -91,24 +90,6 @@ class _Limiter:
                 await asyncio.sleep(delay)
 
 
-async def _limited(src: AsyncIterator[bytes], lim: _Limiter) -> AsyncIterator[bytes]:
-    async for piece in src:
-        await lim.take(len(piece))
-        yield piece
-
-
-async def _copy_record(log: ZoneLog, e: Entry, lim: _Limiter) -> None:
-    from zonestore.zonelog import _PutCursor
-
-    cur = _PutCursor()
-    try:
-        body = _limited(log._read(e, 0, e.length), lim)
-        await log._put(e.id, body, e.stream, e.meta, e.length, e.seq, cur, gen=e.gen + 1,
-                       gc=True)
-    finally:
-        cur.release()
-
-
 async def _evacuate(log: ZoneLog, z: int, lim: _Limiter, res: ReclaimResult) -> bool:
     start = z * log.zone_size
     written = log._written.get(z, 0)
@@ -122,9 +103,8 @@ async def _evacuate(log: ZoneLog, z: int, lim: _Limiter, res: ReclaimResult) -> 
         if e is None or z not in e.zone_bytes(zs):
             continue
         if e.kind == REC:
-            await _copy_record(log, e, lim)
+            await log.relocate(e, z, lim.take)
             res.records_copied += 1
-            res.bytes_copied += e.length
         elif e.kind == TOMB:
             if log.index.tombstone_needed(e, z):
                 await log.append_tombstone(e.id, e.seq, e.gen + 1, gc=True)
@@ -181,6 +161,7 @@ async def reclaim_pass(log: ZoneLog, *, max_zones: int | None = None,
                 res.failed_zones.append(z)
             finally:
                 log._reclaiming.discard(z)
+        res.bytes_copied = lim.done
     res.seconds = time.monotonic() - t0
     return res
 

@@ -540,20 +540,32 @@ class ZoneLog:
         if len(blob) > MAX_META:
             raise ValueError(f"metadata blob of {len(blob)} bytes exceeds {MAX_META}")
 
-        inline = not extents and total <= INLINE_MAX
-        if inline:
-            data = bytes(pending)
-            whole = crc32c(data)
+        inline = None
+        if not extents and total <= INLINE_MAX:
+            inline = bytes(pending)
+            whole = crc32c(inline)
+        elif pending:
+            await emit(memoryview(pending))
+        await self._append_commit(rid, seq, gen, stream, blob, total, whole, extents, sizes,
+                                  inline, cur, pins, gc)
+        return RecordInfo(rid, total, blob, stream, seq, whole)
+
+    async def _append_commit(self, rid: str, seq: int, gen: int, stream: str, blob: bytes,
+                             total: int, whole: int, extents: list[Extent], sizes: list[int],
+                             inline: bytes | None, cur: _PutCursor, pins: set[int],
+                             gc: bool) -> None:
+        """Append the COMMIT that makes a record (its chunks already appended) visible, and
+        wait until it is durable and indexed."""
+        hsize = header_size(len(rid))
+        if inline is not None:
             payload = encode_commit(length=total, crc=whole, stream=stream, meta=blob,
-                                    extents=(), inline=data)
+                                    extents=(), inline=inline)
         else:
-            if pending:
-                await emit(memoryview(pending))
             payload = encode_commit(length=total, crc=whole, stream=stream, meta=blob,
                                     extents=extents)
         hdr = encode_header(RecordType.COMMIT, rid, seq=seq, gen=gen, arg=total,
-                            flags=FLAG_INLINE if inline else 0, payload_len=len(payload),
-                            payload_crc=crc32c(payload))
+                            flags=FLAG_INLINE if inline is not None else 0,
+                            payload_len=len(payload), payload_crc=crc32c(payload))
         size = len(hdr) + len(payload)
         if size > self.zone_capacity:
             raise ValueError("record has too many chunks for one COMMIT in a zone")
@@ -567,19 +579,77 @@ class ZoneLog:
                 await ow.wait_durable(end)
         off = w.append(hdr, payload)
         self._pin(pins, w.zone)
-        if inline:
+        if inline is not None:
             extents = [Extent(off + hsize + inline_data_offset(stream, len(blob)), total, whole)]
             sizes = [0]
         entry = Entry(rid, REC, seq, gen, total, whole, stream, blob, tuple(extents),
                       tuple(sizes), off, size)
         c = self.index.counters
         if gc:
-            c["gc_bytes_copied"] += size + sum(sizes)
+            c["gc_bytes_copied"] += size
         else:
             c["user_bytes_written"] += total
         w.add_op(off + size, entry)
         await w.wait_durable(off + size)
-        return RecordInfo(rid, total, blob, stream, seq, whole)
+
+    async def relocate(self, e: Entry, zone: int, throttle: Callable[[int], Any]) -> None:
+        """Reclaim's copy: rewrite the chunks of `e` that live in `zone` into the reclaim zone
+        and append a COMMIT of the next copy generation that points at them and at the
+        record's other chunks where they are. Only the evacuated zone's bytes move."""
+        pins: set[int] = set()
+        cur = _PutCursor()
+        try:
+            if not any(e.ext_sizes):  # inline: the body lives in the COMMIT itself
+                body = self._read(e, 0, e.length)
+                data = b"".join([c async for c in body])
+                await throttle(len(data))
+                await self._append_commit(e.id, e.seq, e.gen + 1, e.stream, e.meta, e.length,
+                                          e.crc, [], [], data, cur, pins, True)
+                return
+            hsize = header_size(len(e.id))
+            extents: list[Extent] = []
+            sizes: list[int] = []
+            logical = 0
+            for ext, size in zip(e.extents, e.ext_sizes, strict=True):
+                if ext.offset // self.zone_size != zone:
+                    extents.append(ext)
+                    sizes.append(size)
+                    logical += ext.length
+                    continue
+                data = await asyncio.to_thread(self.device.read, ext.offset, ext.length)
+                if crc32c(data) != ext.crc:
+                    self.index.counters["crc_failures"] += 1
+                    raise CorruptRecord(f"record {e.id!r}: CRC32C mismatch at device offset "
+                                        f"{ext.offset} (found by reclaim)")
+                await throttle(len(data))
+                view = memoryview(data)
+                pos = 0
+                while pos < len(view):
+                    left = len(view) - pos
+                    w = await self._cursor_writer(cur, e.stream, hsize + min(left, MIN_SPLIT),
+                                                  gc=True)
+                    n = min(left, w.remaining - hsize)
+                    piece = view[pos:pos + n]
+                    c = ext.crc if n == len(view) else crc32c(piece)
+                    hdr = encode_header(RecordType.DATA, e.id, seq=e.seq, gen=e.gen + 1,
+                                        arg=logical, payload_len=n, payload_crc=c)
+                    off = w.append(hdr, piece)
+                    self._pin(pins, w.zone)
+                    extents.append(Extent(off + hsize, n, c))
+                    sizes.append(hsize + n)
+                    cur.used[w] = off + hsize + n
+                    self.index.counters["gc_bytes_copied"] += hsize + n
+                    logical += n
+                    pos += n
+                    await w.wait_room()
+            await self._append_commit(e.id, e.seq, e.gen + 1, e.stream, e.meta, e.length, e.crc,
+                                      extents, sizes, None, cur, pins, True)
+        finally:
+            cur.release()
+            for z in pins:
+                self.pinned[z] -= 1
+                if not self.pinned[z]:
+                    del self.pinned[z]
 
     # ------------------------------------------------------------------ delete
 

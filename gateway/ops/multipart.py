@@ -165,8 +165,28 @@ def _checksum_xml(ck: dict[str, str]) -> str:
     return el(checksums.xml_name(ck["algorithm"]), ck["value"])
 
 
+def _complete_result(bucket: str, key: str, etag: str, checksum: dict[str, str]) -> Response:
+    loc = f"/{quote(bucket)}/{quote(key)}"
+    return xml_response(
+        f'<CompleteMultipartUploadResult xmlns="{S3_NS}">{el("Location", loc)}'
+        f'{el("Bucket", bucket)}{el("Key", key)}{el("ETag", quote_etag(etag))}'
+        f'{_checksum_xml(checksum)}'
+        f'{el("ChecksumType", checksum["type"]) if checksum else ""}'
+        f'</CompleteMultipartUploadResult>')
+
+
 async def complete_upload(req: S3Request) -> Response:
-    up = _get_upload(req)
+    try:
+        up = _get_upload(req)
+    except S3Error as e:
+        # A retried Complete whose first answer was lost: the object made from this upload is
+        # in place (its version is the upload id), so answer as the first time.
+        obj = req.gw.store.get_object(req.bucket, req.key) if e.code == "NoSuchUpload" else None
+        if obj is not None and obj.version == req.query.get("uploadId") and \
+                obj.owner == req.user:
+            await read_small_body(req, 16 * 1024 * 1024)
+            return _complete_result(obj.bucket, obj.key, obj.etag, obj.checksum)
+        raise
     root = parse_xml(await read_small_body(req, 16 * 1024 * 1024))
     if root.tag != "CompleteMultipartUpload":
         raise S3Error("MalformedXML")
@@ -230,13 +250,7 @@ async def complete_upload(req: S3Request) -> Response:
         stream=up.upload_id, meta=lambda _: {"kind": "manifest", "upload": up.upload_id,
                                              "object": object_meta(rec)})
     await store_object(req, rec, [mark], upload_id=up.upload_id)
-    loc = f"/{quote(up.bucket)}/{quote(up.key)}"
-    return xml_response(
-        f'<CompleteMultipartUploadResult xmlns="{S3_NS}">{el("Location", loc)}'
-        f'{el("Bucket", up.bucket)}{el("Key", up.key)}{el("ETag", quote_etag(etag))}'
-        f'{_checksum_xml(checksum)}'
-        f'{el("ChecksumType", checksum["type"]) if checksum else ""}'
-        f'</CompleteMultipartUploadResult>')
+    return _complete_result(up.bucket, up.key, etag, checksum)
 
 
 async def abort_upload(req: S3Request) -> Response:

@@ -14,7 +14,7 @@ from gateway.metadata import (
     UploadRecord,
 )
 from gateway.metadata.sqlite import MIGRATIONS, prefix_end
-from gateway.metadata.store import BucketNotEmptyError
+from gateway.metadata.store import BucketNotEmptyError, UploadChangedError
 
 
 def obj(key: str, version: str = "v1", layout_uid: str | None = None) -> ObjectRecord:
@@ -129,6 +129,10 @@ def test_upload_parts_replace_abort_and_complete(store):
     store.put_part(PartRecord("u1", 2, 10, "e3", 1.0, {"part_uid": "z.p2"}))
     assert [p.etag for p in store.list_parts("u1")] == ["e2", "e3"]
     assert [e.layout["part_uid"] for e in store.claim_orphans()] == ["x.p1"]
+    # A completion naming a replaced part changes nothing.
+    with pytest.raises(UploadChangedError):
+        store.put_object(obj("k", "u1", layout_uid="x.p1"), upload_id="u1")
+    assert store.get_object("bkt", "k") is None and store.get_upload("u1") is not None
     # Complete with part 1 only: part 2 is freed with the upload.
     rec = obj("k", "u1", layout_uid="y.p1")
     assert store.put_object(rec, upload_id="u1") is None

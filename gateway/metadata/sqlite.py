@@ -22,6 +22,7 @@ from gateway.metadata.store import (
     ObjectRecord,
     OrphanEntry,
     PartRecord,
+    UploadChangedError,
     UploadRecord,
 )
 
@@ -214,6 +215,11 @@ class SqliteStore(MetadataStore):
                 return old
             if if_version is not None and (old is None or old.version != if_version):
                 return old or ObjectRecord(rec.bucket, rec.key, 0, "", 0, "", "")
+            if upload_id is not None:
+                current = {json.loads(r[0]).get("part_uid") for r in c.execute(
+                    "SELECT layout FROM parts WHERE upload_id=?", (upload_id,))}
+                if not {p["layout"].get("part_uid") for p in rec.parts} <= current:
+                    raise UploadChangedError(upload_id)
             self._release(c, release)
             c.execute(f"INSERT OR REPLACE INTO objects ({self._OBJ_COLS}) "
                       "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",

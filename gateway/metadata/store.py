@@ -88,6 +88,10 @@ class BucketNotEmptyError(Exception):
     pass
 
 
+class UploadChangedError(Exception):
+    """A completing upload was aborted, or one of its parts replaced, meanwhile."""
+
+
 class MetadataStore(abc.ABC):
     """What the S3 operations need from metadata. Old layouts freed by a call are queued in the
     orphan queue inside the same transaction, so a crash never loses track of them."""
@@ -118,7 +122,8 @@ class MetadataStore(abc.ABC):
         """Commit rec, queueing the replaced object's layouts (and, with upload_id, the upload's
         parts not used by rec) for deletion. With if_absent / if_version the commit only happens
         if the key is absent / still has that version: returns the current record on conflict,
-        None on success. `release`: orphan-queue entries (the pending marks of the data just
+        None on success. With upload_id, every part of rec must still be a current part of that
+        upload, else UploadChangedError and nothing changes. `release`: orphan-queue entries (the pending marks of the data just
         written) removed in the same transaction, so committed data is never swept."""
 
     @abc.abstractmethod

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from gateway import checksums
 from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord, PartRecord, UploadRecord
+from gateway.metadata.store import UploadChangedError
 from gateway.ops.common import (
     MAX_PART_SIZE,
     MAX_PARTS,
@@ -249,7 +250,13 @@ async def complete_upload(req: S3Request) -> Response:
         req.gw.store, part_uid(up.upload_id, MANIFEST_PART), one(), length=len(manifest),
         stream=up.upload_id, meta=lambda _: {"kind": "manifest", "upload": up.upload_id,
                                              "object": object_meta(rec)})
-    await store_object(req, rec, [mark], upload_id=up.upload_id)
+    try:
+        await store_object(req, rec, [mark], upload_id=up.upload_id)
+    except UploadChangedError:
+        req.gw.store.queue_orphans([rec.manifest])
+        notify_sweeper(req)
+        raise S3Error("NoSuchUpload", "The upload was aborted, or one of its parts replaced, "
+                      "while it was being completed.", UploadId=up.upload_id) from None
     return _complete_result(up.bucket, up.key, etag, checksum)
 
 

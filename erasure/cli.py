@@ -66,7 +66,8 @@ async def _repair(cfg: ClusterConfig, args: argparse.Namespace) -> int:
     from erasure.repair import repair
 
     console = Console(stderr=False, highlight=False)
-    async with ErasureCluster(cfg, state_dir=args.state_dir, health_interval=0) as cluster:
+    async with ErasureCluster(cfg, state_dir=args.state_dir, health_interval=0,
+                              auto_repair=False) as cluster:
         down = sorted(cluster.down_nodes())
         if down:
             console.print(f"nodes down: {', '.join(down)} (their fragments go to handoff nodes)")

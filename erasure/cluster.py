@@ -7,6 +7,7 @@ background health check, the codec (warmed up at start), placement and the repai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Callable
@@ -24,6 +25,8 @@ from erasure.placement import Placement
 from erasure.repairqueue import RepairQueue
 
 log = logging.getLogger(__name__)
+HEAL_ATTEMPTS = 5    # background rebuild tries per part before leaving it to `zonegate repair`
+HEAL_BACKOFF = 2.0   # seconds before the first retry, doubling
 
 
 @dataclass
@@ -45,7 +48,7 @@ class ScannedPart:
 
 class ErasureCluster:
     def __init__(self, config: ClusterConfig, *, state_dir: str | Path | None = None,
-                 health_interval: float = 5.0) -> None:
+                 health_interval: float = 5.0, auto_repair: bool = True) -> None:
         self.config = config
         self.scheme = config.erasure.scheme
         self.codec = Codec(self.scheme)
@@ -60,6 +63,10 @@ class ErasureCluster:
         self.unreachable: list[str] = []  # nodes the last scan could not list
         self._session = None
         self._health: asyncio.Task | None = None
+        self.auto_repair = auto_repair
+        self._heal_q: asyncio.Queue[tuple[PartLayout, list[int], int]] | None = None
+        self._healer: asyncio.Task | None = None
+        self._retries: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         self._session = make_session()
@@ -68,12 +75,18 @@ class ErasureCluster:
         await self.check_health()
         if self.health_interval > 0:
             self._health = asyncio.create_task(self._health_loop())
+        if self.auto_repair:
+            self._heal_q = asyncio.Queue(maxsize=10_000)
+            self._healer = asyncio.create_task(self._heal_loop())
 
     async def close(self) -> None:
-        if self._health:
-            self._health.cancel()
-            await asyncio.gather(self._health, return_exceptions=True)
-            self._health = None
+        # unfinished heals stay in the on-disk repair queue for `zonegate repair`
+        tasks = [t for t in (self._health, self._healer, *self._retries) if t]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._health = self._healer = None
+        self._heal_q = None
         if self._session:
             await self._session.close()
             self._session = None
@@ -98,6 +111,52 @@ class ErasureCluster:
                 await self.check_health()
             except Exception:  # never let the loop die; the next round tries again
                 log.exception("health check failed")
+
+    # -- damage --------------------------------------------------------------------------
+
+    def note_damage(self, layout: PartLayout, indexes: list[int], reason: str) -> None:
+        """Fragments of a part that need rebuilding: recorded in the on-disk repair queue and,
+        with auto_repair, rebuilt in the background right away (a part written without a
+        fragment survives one failure less until then)."""
+        self.repair_queue.add(layout, indexes, reason)
+        self._enqueue_heal(layout, indexes, 0)
+
+    def _enqueue_heal(self, layout: PartLayout, indexes: list[int], attempt: int) -> None:
+        if self._heal_q is not None:
+            with contextlib.suppress(asyncio.QueueFull):  # the on-disk record remains
+                self._heal_q.put_nowait((layout, list(indexes), attempt))
+
+    async def _heal_loop(self) -> None:
+        from erasure.repair import heal
+
+        assert self._heal_q is not None
+        while True:
+            layout, indexes, attempt = await self._heal_q.get()
+            try:
+                written = await heal(self, layout, indexes)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self.stats["heal_failures"] += 1
+                if attempt < HEAL_ATTEMPTS:
+                    delay = HEAL_BACKOFF * 2 ** attempt
+                    log.info("heal of %s failed (%s); retrying in %.0f s", layout.part_uid, e,
+                             delay)
+                    t = asyncio.create_task(self._heal_later(layout, indexes, attempt + 1, delay))
+                    self._retries.add(t)
+                    t.add_done_callback(self._retries.discard)
+                else:
+                    log.warning("heal of %s failed (%s); left for `zonegate repair`",
+                                layout.part_uid, e)
+                continue
+            self.stats["healed_parts"] += 1
+            log.info("healed %s: %s", layout.part_uid,
+                     ", ".join(f"f{i:02d} -> {n}" for i, n in sorted(written.items())))
+
+    async def _heal_later(self, layout: PartLayout, indexes: list[int], attempt: int,
+                          delay: float) -> None:
+        await asyncio.sleep(delay)
+        self._enqueue_heal(layout, indexes, attempt)
 
     def is_up(self, node_id: str) -> bool:
         c = self.clients.get(node_id)

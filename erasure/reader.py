@@ -183,7 +183,7 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
             cluster.stats["degraded_reads"] += 1
         if bad:
             log.warning("part %s: bad fragments %s", layout.part_uid, bad)
-            cluster.repair_queue.add(layout, sorted(bad), "read: " + "; ".join(
+            cluster.note_damage(layout, sorted(bad), "read: " + "; ".join(
                 f"f{i:02d}: {w}" for i, w in sorted(bad.items())))
 
 

@@ -117,7 +117,7 @@ def _targets(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
     holders = {nodes[0] for i, nodes in p.fragments.items() if i not in d.rebuild}
     wanted = d.layout.placement if d.layout else dict(enumerate(cluster.placement.primary(
         p.part_uid)))
-    down = cluster.down_nodes()
+    down = {nid for nid, c in cluster.clients.items() if not c.writable}
     out: dict[int, str] = {}
     spare = cluster.placement.handoffs(p.part_uid, holders, down)
     for i in d.rebuild:
@@ -264,4 +264,16 @@ async def _rebuild_all(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
         written.update(more)
         if still:
             raise RuntimeError(f"part {p.part_uid}: more corrupt fragments: {still}")
+    return written
+
+
+async def heal(cluster: ErasureCluster, layout: PartLayout, indexes: list[int]) -> dict[int, str]:
+    """Rebuild some fragments of a part known from its layout (no scan): what the cluster's
+    background healer runs right after a degraded write or read."""
+    skip = set(indexes) | set(layout.missing)
+    part = ScannedPart(layout.part_uid, layout.length, layout.scheme, layout.crc32c, {},
+                       {i: [n] for i, n in layout.placement.items() if i not in skip})
+    d = Damage(part, sorted(set(indexes)), {i: "heal" for i in indexes}, layout)
+    written = await _rebuild_all(cluster, d)
+    cluster.repair_queue.resolve(layout.part_uid, list(written))
     return written

@@ -64,3 +64,19 @@ class RepairQueue:
 
     def done(self, part_uid: str) -> None:
         self._path(part_uid).unlink(missing_ok=True)
+
+    def resolve(self, part_uid: str, indexes: list[int]) -> None:
+        """These fragments are whole again; drop the record once none is left."""
+        rec = self.get(part_uid)
+        if rec is None:
+            return
+        left = sorted(set(rec.indexes) - set(indexes))
+        if not left:
+            self.done(part_uid)
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        p = self._path(part_uid)
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"layout": rec.layout.to_dict(), "indexes": left,
+                                   "reason": rec.reason, "since": rec.since}, sort_keys=True))
+        tmp.replace(p)

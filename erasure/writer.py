@@ -148,7 +148,7 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
         reasons = "; ".join(f"f{i:02d}: {sinks[i].error if i in sinks else 'no node up'}"
                             for i in missing)
         log.warning("part %s written without fragments %s: %s", part_uid, missing, reasons)
-        cluster.repair_queue.add(layout, missing, f"write: {reasons}")
+        cluster.note_damage(layout, missing, f"write: {reasons}")
     return layout
 
 

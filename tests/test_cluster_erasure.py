@@ -168,7 +168,7 @@ async def test_every_read_succeeds_with_two_nodes_killed(nodes: NodeCluster,
 async def test_node_killed_mid_write_then_repair_restores_fragment(
         nodes: NodeCluster, config: ClusterConfig, tmp_path: Path) -> None:
     size = 48 * MiB
-    async with ErasureCluster(config) as cluster:
+    async with ErasureCluster(config, auto_repair=False) as cluster:
         victim = cluster.placement.primary("kill0001.p1")[3]
 
         def kill_midway(n: int) -> None:
@@ -272,7 +272,7 @@ async def test_corrupt_fragment_is_detected_read_around_and_repaired(
         nodes: NodeCluster, config: ClusterConfig) -> None:
     size = 3 * MiB + 17
     uid = "corrupt1.p1"
-    async with ErasureCluster(config) as cluster:
+    async with ErasureCluster(config, auto_repair=False) as cluster:
         layout = await put(cluster, uid, size, 11)
         # the code is systematic: fragment 0 of segment 1 holds bytes [1 MiB, 1 MiB + 128 KiB)
         payload = data(size, 11)
@@ -450,7 +450,7 @@ async def test_concurrent_writes_and_reads(config: ClusterConfig) -> None:
 async def test_corruption_found_mid_stream_is_not_a_dead_node(nodes: NodeCluster,
                                                              config: ClusterConfig) -> None:
     size, uid = 24 * MiB, "corrupt2.p1"
-    async with ErasureCluster(config) as cluster:
+    async with ErasureCluster(config, auto_repair=False) as cluster:
         layout = await put(cluster, uid, size, 12)
         payload = data(size, 12)
         node = layout.placement[0]
@@ -486,3 +486,33 @@ async def test_repair_also_fixes_a_corrupt_source_it_meets(nodes: NodeCluster,
                 archive_id(uid, i))) == cluster.codec.archive_length(size)
         assert await read_all(cluster, layout) == payload
         assert cluster.stats["degraded_reads"] == 0
+
+
+
+async def test_degraded_write_is_healed_in_the_background(nodes: NodeCluster,
+                                                          config: ClusterConfig) -> None:
+    size, uid = 12 * MiB, "heal0001.p1"
+    async with ErasureCluster(config) as cluster:  # auto_repair is the default
+        victim = cluster.placement.primary(uid)[4]
+
+        def kill_midway(n: int) -> None:
+            if n == 8:
+                nodes.kill(nodes.ids.index(victim))
+
+        layout = await put(cluster, uid, size, 61, kill_midway)
+        assert layout.missing == [4]
+        for _ in range(600):  # wait for the healer, not for a time
+            if cluster.stats["healed_parts"] or cluster.stats["heal_failures"]:
+                break
+            await asyncio.sleep(0.05)
+        assert cluster.stats["healed_parts"] == 1, cluster.stats
+        assert cluster.repair_queue.records() == []
+        [part] = await cluster.scan(uid)
+        assert sorted(part.fragments) == list(range(10))
+        assert part.fragments[4] != [victim]
+        # the stale layout (missing [4]) still reads, and with two more nodes down it needs
+        # the healed fragment, which it finds on the handoff node
+        for i in (0, 1):
+            nodes.kill(nodes.ids.index(layout.placement[i]))
+        await cluster.check_health()
+        assert await read_all(cluster, layout) == data(size, 61)

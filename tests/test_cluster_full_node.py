@@ -34,7 +34,7 @@ async def test_full_node_is_skipped_by_later_writes(tmp_path: Path) -> None:
             "erasure": {"k": 2, "m": 1, "segment_size": 65536, "write_quorum": 2,
                         "state_dir": str(tmp_path / "st")},
             "nodes": [{"id": i, "url": u} for i, u in zip(nc.ids, nc.urls, strict=True)]})
-        async with ErasureCluster(cfg, health_interval=0) as cluster:
+        async with ErasureCluster(cfg, health_interval=0, auto_repair=False) as cluster:
             uid = "full0001.p1"
             victim = cluster.placement.primary(uid)[0]
             client = cluster.clients[victim]

@@ -337,6 +337,33 @@ def test_checksums_are_validated_stored_and_returned(s3, bucket, algo):
     assert s3.get_object(Bucket=bucket, Key=algo)["Body"].read() == body
 
 
+def test_uploads_take_the_protocol_specific_path(cluster, s3, bucket):
+    """Over HTTPS boto3 streams aws-chunked bodies with a trailing checksum; over HTTP it signs
+    the payload's SHA-256 and sends the checksum in a header. Prove each run takes its path."""
+    seen: list[dict[str, str]] = []
+
+    def capture(request, **_):
+        seen.append({k.lower(): v.decode() if isinstance(v, bytes) else v
+                     for k, v in request.headers.items()})
+
+    s3.meta.events.register("before-send.s3.PutObject", capture)
+    try:
+        s3.put_object(Bucket=bucket, Key="path", Body=b"p" * 100_000)
+    finally:
+        s3.meta.events.unregister("before-send.s3.PutObject", capture)
+    h = seen[-1]
+    if cluster.tls:
+        assert h["x-amz-content-sha256"] == "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+        assert "aws-chunked" in h["content-encoding"]
+        assert h["x-amz-trailer"] == "x-amz-checksum-crc32"
+    else:
+        assert h["x-amz-content-sha256"] == hashlib.sha256(b"p" * 100_000).hexdigest()
+        assert "x-amz-checksum-crc32" in h
+    got = s3.head_object(Bucket=bucket, Key="path")
+    assert got["ContentLength"] == 100_000
+    assert got.get("ContentEncoding") in (None, "")  # aws-chunked is never stored
+
+
 def test_default_checksum_is_crc32(s3, bucket):
     body = b"default integrity protection"
     r = s3.put_object(Bucket=bucket, Key="d", Body=body)
@@ -478,9 +505,20 @@ def test_upload_and_download_200mb_file(cluster, s3, bucket, tmp_path):
     size = 200_000_000
     md5 = make_file(src, size, seed=42)
     s3.upload_file(str(src), bucket, "big.bin")  # s3transfer: 8 MiB parts, 10 threads, CRC32
-    h = s3.head_object(Bucket=bucket, Key="big.bin")
+    h = s3.head_object(Bucket=bucket, Key="big.bin", ChecksumMode="ENABLED")
     assert h["ContentLength"] == size
-    assert h["ETag"].endswith(f'-{-(-size // (8 * MiB))}"')
+    nparts = -(-size // (8 * MiB))
+    assert h["ETag"].endswith(f'-{nparts}"')
+    # The object's CRC32 as S3 defines it for multipart: composite (-N) or full-object.
+    crc = h["ChecksumCRC32"]
+    if "-" in crc:
+        assert crc.endswith(f"-{nparts}")
+    else:
+        full = 0
+        with open(src, "rb") as f:
+            while chunk := f.read(8 * MiB):
+                full = zlib.crc32(chunk, full)
+        assert crc == b64(full.to_bytes(4, "big"))
     s3.download_file(bucket, "big.bin", str(dst))  # ranged GETs in parallel
     assert file_md5(dst) == md5
     dst.unlink()

@@ -438,6 +438,15 @@ async def test_concurrent_writes_and_reads(config: ClusterConfig) -> None:
         got = await asyncio.gather(*(read_all(cluster, lay) for lay in layouts))
         for n, (s, g) in enumerate(zip(sizes, got, strict=True)):
             assert g == data(s, 100 + n), n
+        # ranges of every shape: inside a fragment, across fragments and segments, to the end
+        rnd = random.Random(5)
+        for n, (s, lay) in enumerate(zip(sizes, layouts, strict=True)):
+            whole = data(s, 100 + n)
+            for _ in range(6):
+                off = rnd.randrange(s + 1)
+                ln = rnd.choice([None, 0, 1, 4096, rnd.randrange(300_000), rnd.randrange(3 * MiB)])
+                want = whole[off:] if ln is None else whole[off:off + ln]
+                assert await read_all(cluster, lay, off, ln) == want, (n, off, ln)
         parts = {p.part_uid: p for p in await cluster.scan("conc")}
         assert len(parts) == 24
         for n, s in enumerate(sizes):

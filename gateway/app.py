@@ -45,6 +45,9 @@ SUBRESOURCES = {
 }
 SWEEP_INTERVAL = 60.0
 ABANDONED_UPLOAD_AGE = 7 * 24 * 3600.0
+# Replaced or deleted data stays on the nodes this long, for reads that started before (a
+# degraded read may still ask other nodes for the old fragments).
+FREE_DELAY = 60.0
 
 
 class Gateway:
@@ -59,7 +62,8 @@ class Gateway:
         self.users = {u.access_key: u for u in getattr(config, "users", ())}
         self.upload_ttl = float(gw.get("abandoned_upload_seconds", ABANDONED_UPLOAD_AGE))
         meta_path = gw.get("metadata") or "data/gateway/meta.sqlite"
-        self.store = store or open_store(str(meta_path))
+        free_delay = float(gw.get("free_delay_seconds", FREE_DELAY))
+        self.store = store or open_store(str(meta_path), free_delay=free_delay)
         self.storage = storage or Storage.from_config(config)
         self._sweeper: asyncio.Task | None = None
         self._kick = asyncio.Event()
@@ -95,8 +99,12 @@ class Gateway:
                 raise
             except Exception:
                 log.exception("orphan sweep failed; will retry")
+            # Sleep until the next queued deletion is due (or a commit wakes us).
+            due = self.store.next_due()
+            wait = SWEEP_INTERVAL if due is None else min(SWEEP_INTERVAL,
+                                                          max(0.05, due - time.time()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), SWEEP_INTERVAL)
+                await asyncio.wait_for(self._kick.wait(), wait)
             self._kick.clear()
 
 

@@ -72,3 +72,4 @@ def test_big_single_put_and_get_stream_in_bounded_memory(tmp_path):
         assert grown_mib < 64, f"gateway peak RSS grew by {grown_mib:.0f} MiB for a 160 MiB object"
     finally:
         g.stop()
+

@@ -12,9 +12,9 @@ from gateway.metadata.store import (
 )
 
 
-def open_store(path: str) -> MetadataStore:
+def open_store(path: str, *, free_delay: float = 0.0) -> MetadataStore:
     """Open the metadata store named by the gateway config (SQLite today)."""
-    return SqliteStore(path)
+    return SqliteStore(path, free_delay=free_delay)
 
 
 __all__ = [

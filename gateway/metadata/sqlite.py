@@ -71,8 +71,11 @@ def prefix_end(prefix: bytes) -> bytes | None:
 
 
 class SqliteStore(MetadataStore):
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, free_delay: float = 0.0) -> None:
         self.path = str(path)
+        # Seconds between an object's data being replaced or deleted and its fragments
+        # becoming due for deletion: GETs already streaming the old data can finish.
+        self.free_delay = free_delay
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         # One connection per thread: the store is called from the event loop thread, and
@@ -240,7 +243,7 @@ class SqliteStore(MetadataStore):
                         freed.append(d)
                 c.execute("DELETE FROM parts WHERE upload_id=?", (upload_id,))
                 c.execute("DELETE FROM uploads WHERE upload_id=?", (upload_id,))
-            self._queue(c, freed, now)
+            self._queue(c, freed, now + self.free_delay)
         return None
 
     def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
@@ -248,7 +251,7 @@ class SqliteStore(MetadataStore):
             old = self._get_obj(c, bucket, key)
             if old is not None:
                 c.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, _k(key)))
-                self._queue(c, old.layouts(), time.time())
+                self._queue(c, old.layouts(), time.time() + self.free_delay)
             return old
 
     def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
@@ -452,6 +455,10 @@ class SqliteStore(MetadataStore):
             return
         with self._tx() as c:
             c.executemany("DELETE FROM orphans WHERE id=?", [(i,) for i in ids])
+
+    def next_due(self) -> float | None:
+        row = self._conn().execute("SELECT MIN(due) FROM orphans").fetchone()
+        return row[0] if row and row[0] is not None else None
 
     def orphan_count(self) -> int:
         return self._conn().execute("SELECT COUNT(*) FROM orphans").fetchone()[0]

@@ -173,4 +173,8 @@ class MetadataStore(abc.ABC):
     def done_orphans(self, ids: list[int]) -> None: ...
 
     @abc.abstractmethod
+    def next_due(self) -> float | None:
+        """When the earliest queued orphan becomes due (epoch seconds), None if none."""
+
+    @abc.abstractmethod
     def close(self) -> None: ...

@@ -47,6 +47,7 @@ class DevCluster:
         self.workers = workers
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        self._clients: list = []
         self.log = self.data.parent / f"{self.data.name}-dev-{self.port}.log"
 
     # -- lifecycle
@@ -100,6 +101,10 @@ class DevCluster:
         """SIGTERM, as Ctrl-C would; SIGKILL everything left if that fails."""
         if self.proc is None:
             return None
+        # Idle keep-alive connections (TLS ones above all) would hold up the server's stop.
+        for c in self._clients:
+            c.close()
+        self._clients.clear()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -150,11 +155,13 @@ class DevCluster:
         import boto3
         from botocore.config import Config
 
-        return boto3.client(
+        client = boto3.client(
             "s3", endpoint_url=self.endpoint, aws_access_key_id=access_key,
             aws_secret_access_key=secret_key, region_name=REGION, verify=self.verify,
             config=Config(retries={"max_attempts": 2, "mode": "standard"}, **config),
         )
+        self._clients.append(client)
+        return client
 
     def aws_env(self, config_file: Path) -> dict[str, str]:
         """Environment for the aws cli (its config file kept out of the user's home)."""

@@ -237,6 +237,13 @@ class Index:
         """Offer a committed record or tombstone; it becomes the id's row if it is newer than
         the current one by (seq, gen). Returns whether it won. Idempotent."""
         self.max_seq = max(self.max_seq, e.seq)
+        row = (e.id, e.kind, e.seq, e.gen, e.length, e.crc, e.stream, e.meta,
+               pack_extents(e.extents, e.ext_sizes), e.commit_off, e.commit_size)
+        # The common case, a new id, in one statement.
+        if self.db.execute("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                           "ON CONFLICT(id) DO NOTHING", row).rowcount == 1:
+            self._add_live(e.zone_bytes(self.zone_size), +1)
+            return True
         cur = self.lookup(e.id)
         if cur is not None:
             if (cur.seq, cur.gen) >= (e.seq, e.gen):
@@ -245,11 +252,8 @@ class Index:
                 return False
             self._add_live(cur.zone_bytes(self.zone_size), -1)
             self._mark_dead(cur)
-        self.db.execute(
-            "INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (e.id, e.kind, e.seq, e.gen, e.length, e.crc, e.stream, e.meta,
-             pack_extents(e.extents, e.ext_sizes), e.commit_off, e.commit_size),
-        )
+        self.db.execute("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        row)
         self._add_live(e.zone_bytes(self.zone_size), +1)
         return True
 

@@ -358,6 +358,9 @@ class ZoneLog:
         return w
 
     async def writer_for(self, stream: str, *, gc: bool = False) -> ZoneWriter:
+        w = self._gc_writer if gc else self._streams.get(stream)
+        if w is not None and not w.closing and w.error is None and not self._closed:
+            return w  # the common case, without the allocation lock
         async with self._alloc_lock:
             while True:
                 self._check_open()
@@ -471,6 +474,19 @@ class ZoneLog:
     async def _put_pinned(self, rid: str, body: bytes | AsyncIterable[bytes], stream: str,
                           meta: bytes | Callable[[], bytes], length: int | None, seq: int,
                           cur: _PutCursor, gen: int, gc: bool, pins: set[int]) -> RecordInfo:
+        if isinstance(body, bytes | bytearray | memoryview) and not callable(meta) \
+                and len(body) <= INLINE_MAX:
+            # Small body, known metadata: straight into an inline COMMIT.
+            data = bytes(body)
+            if length is not None and len(data) != length:
+                raise ValueError(f"body is {len(data)} bytes, length says {length}")
+            if not isinstance(meta, bytes | bytearray) or len(meta) > MAX_META:
+                raise ValueError(f"meta must be bytes of at most {MAX_META}")
+            blob = bytes(meta)
+            whole = crc32c(data)
+            await self._append_commit(rid, seq, gen, stream, blob, len(data), whole, [], [],
+                                      data, cur, pins, gc)
+            return RecordInfo(rid, len(data), blob, stream, seq, whole)
         hsize = header_size(len(rid))
         chunk = self.chunk_size
         extents: list[Extent] = []

@@ -277,6 +277,7 @@ class Launcher:
         self.data = Path(args.data).resolve()
         self.config_path = self.data / CONFIG_NAME
         self.stopping = 0  # the signal that asked us to stop
+        self.failed = False
         self.children: list[Child] = []
         self.gateway: Child | None = None
         self.cfg: dict[str, Any] = {}
@@ -309,8 +310,11 @@ class Launcher:
         else:
             self.cfg = new_config(self.data, a.nodes or 12, a.host, a.port)
             self.say(f"new cluster: wrote {self.config_path}")
-        if not _port_free(a.host, a.port):
-            raise OSError(f"port {a.port} on {a.host} is in use (choose another with --port)")
+        deadline = time.monotonic() + 5  # a gateway that is still stopping frees it soon
+        while not _port_free(a.host, a.port):
+            if time.monotonic() > deadline:
+                raise OSError(f"port {a.port} on {a.host} is in use (choose another with --port)")
+            time.sleep(0.25)
         write_config(self.config_path, self.cfg)
         geometry = Geometry(nr_zones=a.zones, zone_size=a.zone_size, zone_capacity=a.zone_size)
         made = ensure_drives(self.cfg, geometry)
@@ -446,6 +450,9 @@ class Launcher:
                     c.gave_up = True
                     self.say(f"{c.name} exited (code {code}) {len(recent)} times in a minute; "
                              f"not restarting it. Last lines of {c.log}:\n{c.tail()}")
+                    if c is self.gateway:  # nothing left to serve S3: stop the whole cluster
+                        self.failed = True
+                        return
                     continue
                 self.say(f"{c.name} exited (code {code}); restarting it (log {c.log})")
                 c.spawn(self.env)
@@ -490,4 +497,4 @@ def cmd_dev(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         launcher.stop()
         launcher.say("stopped")
-    return 0 if ok else 1
+    return 0 if ok and not launcher.failed else 1

@@ -45,9 +45,10 @@ SUBRESOURCES = {
 }
 SWEEP_INTERVAL = 60.0
 ABANDONED_UPLOAD_AGE = 7 * 24 * 3600.0
-# Replaced or deleted data stays on the nodes this long, for reads that started before (a
-# degraded read may still ask other nodes for the old fragments).
-FREE_DELAY = 60.0
+# Replaced or deleted data may stay on the nodes this long after the commit, for reads that
+# started before. Off by default: until its fragments are gone, a deleted object would come
+# back if the metadata store had to be rebuilt from the nodes.
+FREE_DELAY = 0.0
 
 
 class Gateway:

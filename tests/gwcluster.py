@@ -47,9 +47,7 @@ class Gateway:
         self.nodes = NodeCluster(self.root / "nodes", nodes, drives_per_node=1,
                                  secret="gw-test-secret")
         self.k, self.m, self.workers, self.segment_size = k, m, workers, segment_size
-        # Freed data is deleted at once here, so tests can watch it go (by default it stays a
-        # minute for reads already in flight).
-        self.gateway_options = {"free_delay_seconds": 0, **(gateway_options or {})}
+        self.gateway_options = dict(gateway_options or {})
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.config_path = self.root / "zonegate.toml"

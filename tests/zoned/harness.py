@@ -175,15 +175,17 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 for m in $(cat /modules/order); do insmod /modules/$m || echo "init: insmod $m failed"; done
+ip link set lo up  # tests talk to servers on 127.0.0.1
 opts=trans=virtio,version=9p2000.L,msize=262144
-if mount -t 9p -o $opts,ro hostroot /newroot && mount -t 9p -o $opts out /out \
-   && mount -t 9p -o $opts checkout /newroot@CHECKOUT@; then
+if mount -t 9p -o $opts,ro hostroot /newroot && mount -t 9p -o $opts out /out; then
     mount -t proc proc /newroot/proc
     mount -t sysfs sys /newroot/sys
     mount -t devtmpfs dev /newroot/dev
     mount -t tmpfs tmp /newroot/tmp
     mount -t tmpfs run /newroot/run
-    mkdir -p /newroot/tmp/zg-out
+    # After the tmpfs mounts, so that a checkout under /tmp is not hidden by them.
+    mkdir -p /newroot@CHECKOUT@ /newroot/tmp/zg-out
+    mount -t 9p -o $opts checkout /newroot@CHECKOUT@ || echo "init: mounting the checkout failed"
     mount --bind /out /newroot/tmp/zg-out
     chroot /newroot /bin/sh /tmp/zg-out/guest.sh
     echo $? > /out/status.tmp && mv /out/status.tmp /out/status

@@ -123,8 +123,9 @@ def _targets(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
     for i in d.rebuild:
         here = p.fragments.get(i, [])
         node = here[0] if here else wanted.get(i)
-        if node is None or node in down or node in holders or node in out.values():
-            node = next(spare, None)
+        if node is None or node in down or node in holders:
+            # the generator's view of who holds what predates this loop's choices
+            node = next((n for n in spare if n not in holders), None)
             if node is None:
                 raise ValueError(f"no node left to hold fragment {i}")
         out[i] = node

@@ -99,6 +99,9 @@ async def test_replace_and_delete(drive):
         await log.get("a")
     await log.put("a", b"three", stream="s")
     assert await read_all(log, "a") == b"three"
+    assert log.stats().records == 1
+    with pytest.raises(ValueError):
+        await log.put("b", b"", stream="\x00tombstones")
     await log.close()
 
 

@@ -44,6 +44,7 @@ async def run_workload(drive: Path, ops: list) -> dict[str, bytes]:
                 await log.close()
                 log = await open_log(drive)
         assert sorted(r.id for r in log.scan()) == sorted(model)
+        assert log.stats().records == len(model)
         for rid, data in model.items():
             assert await read_all(log, rid) == data
     finally:

@@ -97,6 +97,7 @@ class Index:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self._depth = 0
+        self._records = 0  # live records, counted at open and kept up to date
         self._dirty: set[int] = set()
         self.max_seq = 0
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
@@ -167,6 +168,8 @@ class Index:
                             [("max_seq", self.max_seq), *self.counters.items()])
 
     def _reload_state(self) -> None:
+        self._records = self.db.execute(
+            "SELECT COUNT(*) FROM records WHERE kind = 0").fetchone()[0]
         self._dirty.clear()
         self.indexed_wp.clear()
         self.live.clear()
@@ -189,6 +192,7 @@ class Index:
             self.db.execute("DELETE FROM records")
             self.db.execute("DELETE FROM dead")
             self.db.execute("DELETE FROM zones")
+            self._records = 0
             self.indexed_wp.clear()
             self.live.clear()
             self.sealed.clear()
@@ -243,6 +247,7 @@ class Index:
         if self.db.execute("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                            "ON CONFLICT(id) DO NOTHING", row).rowcount == 1:
             self._add_live(e.zone_bytes(self.zone_size), +1)
+            self._records += e.kind == REC
             return True
         cur = self.lookup(e.id)
         if cur is not None:
@@ -252,9 +257,11 @@ class Index:
                 return False
             self._add_live(cur.zone_bytes(self.zone_size), -1)
             self._mark_dead(cur)
+            self._records -= cur.kind == REC
         self.db.execute("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         row)
         self._add_live(e.zone_bytes(self.zone_size), +1)
+        self._records += e.kind == REC
         return True
 
     def drop_tombstone(self, e: Entry) -> None:
@@ -288,5 +295,5 @@ class Index:
             yield _row_entry(row)
 
     def record_count(self) -> int:
-        return self.db.execute("SELECT COUNT(*) FROM records WHERE kind = 0").fetchone()[0]
+        return self._records
 

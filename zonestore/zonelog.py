@@ -439,8 +439,8 @@ class ZoneLog:
                   ) -> RecordInfo:
         """Store `body` under `record_id` (replacing any older record); returns once durable."""
         validate_record_id(record_id)
-        if not isinstance(stream, str) or len(stream.encode()) > 1024:
-            raise ValueError("stream hint must be a str of at most 1024 bytes")
+        if not isinstance(stream, str) or len(stream.encode()) > 1024 or "\x00" in stream:
+            raise ValueError("stream hint must be a str of at most 1024 bytes, without NUL")
         if length is not None and length < 0:
             raise ValueError("length must be >= 0")
         self._check_open()

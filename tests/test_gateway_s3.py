@@ -158,6 +158,7 @@ def test_conditional_get_and_put(s3, bucket):
     with pytest.raises(ClientError) as e:
         s3.get_object(Bucket=bucket, Key="c", IfNoneMatch=etag)
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 304
+    assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["etag"] == etag
     future = datetime.now(UTC) + timedelta(days=1)
     past = datetime.now(UTC) - timedelta(days=1)
     with pytest.raises(ClientError) as e:

@@ -70,7 +70,7 @@ async def _repair(cfg: ClusterConfig, args: argparse.Namespace) -> int:
                               auto_repair=False) as cluster:
         down = sorted(cluster.down_nodes())
         if down:
-            console.print(f"nodes down: {', '.join(down)} (their fragments go to handoff nodes)")
+            console.print(f"nodes unreachable: {', '.join(down)}")
         console.print("scanning nodes" + (" and reading every fragment" if args.deep else ""))
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=False) as progress:

@@ -176,6 +176,22 @@ def test_missing_drive_is_a_one_line_error(tmp_path):
     assert r.returncode != 0 and "secret" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_busy_port_and_busy_drive_are_one_line_errors(tmp_path):
+    with NodeCluster(tmp_path / "a", 1, drives_per_node=1) as c:
+        secret = tmp_path / "secret"
+        secret.write_text("s\n")
+        # Another node on the same drive: refused, the running node is untouched.
+        r = run_node_cli("--id", "twin", "--drive", str(c.drive_paths(0)[0]), "--listen",
+                         "127.0.0.1:0", "--secret-file", str(secret))
+        assert r.returncode == 2 and "in use by another node" in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+        # A port that is taken.
+        r = run_node_cli("--id", "n2", "--drive", str(tmp_path / "d2"), "--create-drives",
+                         "--listen", f"127.0.0.1:{c.nodes[0].port}", "--secret-file", str(secret))
+        assert r.returncode == 2 and "cannot listen" in r.stderr and "Traceback" not in r.stderr
+        assert c.nodes[0].running
+
+
 async def test_create_drives_flag_creates_missing_drives(tmp_path, session):
     c = NodeCluster(tmp_path, 1, drives_per_node=1,
                     extra_args=["--create-drives", "--zones", "8", "--zone-size-mib", "16"])

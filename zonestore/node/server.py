@@ -72,7 +72,11 @@ logging.getLogger("aiohttp.server").addFilter(_QuietBadRequests())
 
 
 class DriveError(Exception):
-    """A drive cannot be used; the message is one line naming the drive and the fix."""
+    """The node cannot start: a drive (or the listen address) cannot be used. The message is
+    one line naming the culprit and the fix."""
+
+
+StartupError = DriveError
 
 
 @dataclass
@@ -247,7 +251,13 @@ class NodeServer:
             read_bufsize=READ_BUFSIZE,
         )
         await self._runner.setup()
-        sock = _listen_socket(self.host, self.port)
+        try:
+            sock = _listen_socket(self.host, self.port)
+        except OSError as exc:
+            await self._runner.cleanup()
+            self._runner = None
+            raise DriveError(f"cannot listen on {self.host}:{self.port}: "
+                             f"{exc.strerror or exc}") from None
         self.port = sock.getsockname()[1]
         self._site = web.SockSite(self._runner, sock)
         await self._site.start()

@@ -25,7 +25,7 @@ pytestmark = [
 ]
 
 
-def run_harness(*args: str, timeout: float = 540) -> subprocess.CompletedProcess[str]:
+def run_harness(*args: str, timeout: float = 570) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tests.zoned.harness", "--no-install", "-q", *args],
         cwd=REPO, capture_output=True, text=True, timeout=timeout,
@@ -44,8 +44,9 @@ def explain(res: subprocess.CompletedProcess[str]) -> str:
     return f"harness exit {res.returncode}\n{res.stdout[-6000:]}\n{res.stderr[-2000:]}"
 
 
+@pytest.mark.timeout(600)
 def test_zoned_device_tests_pass_inside_qemu_on_zns_and_null_blk():
-    res = run_harness("--timeout", "420")
+    res = run_harness("--timeout", "480")
     assert res.returncode == 0, explain(res)
     assert "guest tests passed" in res.stdout
     # The devices were really there: the device tests ran rather than skipped.

@@ -90,7 +90,9 @@ def _missing() -> list[str]:
     if not shutil.which("qemu-system-x86_64"):
         missing.append("qemu-system-x86")
     if not _kernels():
-        missing.append("linux-image-amd64")
+        unreadable = [str(p) for p in Path("/boot").glob("vmlinuz-*") if not os.access(p, os.R_OK)]
+        missing.append(f"a readable kernel ({', '.join(unreadable)} not readable)" if unreadable
+                       else "linux-image-amd64")
     if not _static_busybox():
         missing.append("busybox-static")
     if not shutil.which("modprobe"):
@@ -358,8 +360,8 @@ def _show_tail(args: argparse.Namespace, tail: deque[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.zoned.harness", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--timeout", type=float, default=420, help="seconds before the guest is "
-                    "killed (default 420: TCG is slow on a busy machine)")
+    ap.add_argument("--timeout", type=float, default=480, help="seconds before the guest is "
+                    "killed (default 480: TCG is slow on a busy machine)")
     ap.add_argument("--memory", type=int, default=1024, help="guest RAM in MiB")
     ap.add_argument("--no-install", action="store_true",
                     help="never apt-get install; skip when something is missing")

@@ -290,29 +290,29 @@ def transfer_configs():
     }
 
 
-def run_boto3(target: Target, src: Path, size: int, scratch: Path) -> list[Row]:
+def run_boto3(target: Target, src: Path, size: int, scratch: Path, name: str, cfg) -> list[Row]:
+    """One upload and one download of `src` with one transfer configuration."""
     s3 = boto3_client(target)
     try:
         s3.create_bucket(Bucket=BUCKET)
     except s3.exceptions.BucketAlreadyOwnedByYou:
         pass
-    rows = []
-    for name, cfg in transfer_configs().items():
-        key = f"obj-{name.replace(' ', '-')}"
-        dst = scratch / "download.bin"
-        rows.append(measure(target, name, "PUT", size,
-                            lambda cfg=cfg, key=key: s3.upload_file(str(src), BUCKET, key,
-                                                                     Config=cfg)))
-        rows.append(measure(target, name, "GET", size,
-                            lambda cfg=cfg, key=key, dst=dst: s3.download_file(
-                                BUCKET, key, str(dst), Config=cfg)))
-        dst.unlink(missing_ok=True)
-        try:
-            s3.delete_object(Bucket=BUCKET, Key=key)
-        except Exception:
-            pass
-        print(f"  {target.name:8s} {name:26s} PUT {rows[-2].mbps:7.1f} MB/s  "
-              f"GET {rows[-1].mbps:7.1f} MB/s {rows[-2].error or rows[-1].error}", flush=True)
+    except Exception:
+        pass  # peers that answer CreateBucket differently: the PUT will tell
+    key = f"obj-{name.replace(' ', '-')}"
+    dst = scratch / "download.bin"
+    rows = [measure(target, name, "PUT", size,
+                    lambda: s3.upload_file(str(src), BUCKET, key, Config=cfg)),
+            measure(target, name, "GET", size,
+                    lambda: s3.download_file(BUCKET, key, str(dst), Config=cfg))]
+    dst.unlink(missing_ok=True)
+    try:
+        s3.delete_object(Bucket=BUCKET, Key=key)
+    except Exception:
+        pass
+    s3.close()
+    print(f"  {target.name:8s} {name:26s} PUT {rows[0].mbps:7.1f} MB/s  "
+          f"GET {rows[1].mbps:7.1f} MB/s {rows[0].error or rows[1].error}", flush=True)
     return rows
 
 
@@ -357,6 +357,7 @@ def run_pipeline(src: Path, size: int, scratch: Path) -> Row:
             for out in files:
                 out.flush()
                 os.fdatasync(out.fileno())
+                os.posix_fadvise(out.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             for out in files:
                 out.close()
@@ -434,27 +435,34 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "pipeline" not in skip:
             rows.append(run_pipeline(src, size, work))
+        # Every server runs for the whole benchmark and the clients take turns, so that the
+        # ratios compare measurements taken close together on this noisy machine.
         plan: list[tuple[Target, Path, int]] = []
-        for name, cls in (("null", NullServer), ("gateway", Gateway), ("moto", Moto),
-                          ("s3rver", S3rver)):
-            if name not in skip:
-                plan.append((cls(name), small_src if name == "moto" else src,
+        try:
+            for name, cls in (("null", NullServer), ("gateway", Gateway), ("moto", Moto),
+                              ("s3rver", S3rver)):
+                if name in skip:
+                    continue
+                target = cls(name)
+                try:
+                    target.start(work)
+                except Exception as e:
+                    print(f"  {name}: skipped ({e})", flush=True)
+                    target.stop()
+                    continue
+                plan.append((target, small_src if name == "moto" else src,
                              small if name == "moto" else size))
-        for target, path, n in plan:
-            try:
-                target.start(work)
-            except Exception as e:
-                print(f"  {target.name}: skipped ({e})", flush=True)
-                target.stop()
-                continue
-            try:
-                rows += run_boto3(target, path, n, scratch)
-                if target.name in ("gateway", "null") and "curl" not in skip:
-                    if shutil.which("curl"):
+            for cname, cfg in transfer_configs().items():
+                for target, path, n in plan:
+                    rows += run_boto3(target, path, n, scratch, cname, cfg)
+            if "curl" not in skip and not shutil.which("curl"):
+                print("  curl: skipped (not installed)")
+            elif "curl" not in skip:
+                for target, path, n in plan:
+                    if target.name in ("gateway", "null"):
                         rows += run_curl(target, path, n)
-                    else:
-                        print("  curl: skipped (not installed)")
-            finally:
+        finally:
+            for target, _, _ in plan:
                 target.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -171,6 +171,15 @@ def test_missing_drive_is_a_one_line_error(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "no such drive" in lines[0] and "--create-drives" in lines[0]
     assert not (tmp_path / "nope").exists()
+    # A directory that is not a drive: refused, and nothing is written into it.
+    stranger = tmp_path / "photos"
+    stranger.mkdir()
+    (stranger / "cat.jpg").write_bytes(b"meow")
+    r = run_node_cli("--id", "n1", "--drive", str(stranger), "--listen", "127.0.0.1:0",
+                     "--secret-file", str(secret))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert sorted(p.name for p in stranger.iterdir()) == ["cat.jpg"]
     r = run_node_cli("--id", "n1", "--drive", str(tmp_path), "--listen", "127.0.0.1:0",
                      "--secret-file", str(tmp_path / "no-secret"))
     assert r.returncode != 0 and "secret" in r.stderr and "Traceback" not in r.stderr

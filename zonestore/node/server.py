@@ -20,6 +20,7 @@ import os
 import random
 import signal
 import socket
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,10 +103,17 @@ def _index_path(drive: Path, index: int, node_id: str, index_dir: Path | None) -
     raise DriveError(f"{drive}: a block device needs --index-dir for its zone-log index")
 
 
+def _is_block_device(path: Path) -> bool:
+    try:
+        return stat.S_ISBLK(path.stat().st_mode)
+    except OSError:
+        return False
+
+
 def _lock_path(drive: Path, index: int, node_id: str, index_dir: Path | None) -> Path:
-    if is_emulated_drive(drive) or index_dir is None:
+    if is_emulated_drive(drive):
         return drive / LOCK_NAME
-    return Path(index_dir) / f"{node_id}.d{index}.{LOCK_NAME}"
+    return Path(index_dir or ".") / f"{node_id}.d{index}.{LOCK_NAME}"
 
 
 class _Drive:
@@ -133,8 +141,22 @@ def open_drives(paths: Sequence[str | Path], node_id: str, options: NodeOptions)
                         "or start the node with --create-drives)")
                 create_emulated_drive(path, options.geometry)
                 log.info("created emulated drive %s", path)
+            if not is_emulated_drive(path) and not _is_block_device(path):
+                # Not a drive: say why without touching anything (open_device only inspects).
+                try:
+                    open_device(path).close()
+                except Exception as exc:
+                    raise DriveError(f"{exc}") from None
+                raise DriveError(f"{path}: not a zoned drive")
+            index_path = _index_path(path, i, node_id, options.index_dir)
+            # Lock before opening: opening an emulated drive trims a partly written block,
+            # which must never happen under a node that is writing to it.
             lock = _lock_path(path, i, node_id, options.index_dir)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise DriveError(f"{path}: cannot create lock file {lock}: "
+                                 f"{exc.strerror}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -145,8 +167,7 @@ def open_drives(paths: Sequence[str | Path], node_id: str, options: NodeOptions)
             except Exception as exc:
                 os.close(fd)
                 raise DriveError(f"{path}: {exc}") from None
-            drives.append(_Drive(path, device, _index_path(path, i, node_id,
-                                                           options.index_dir), fd))
+            drives.append(_Drive(path, device, index_path, fd))
     except BaseException:
         for d in drives:
             _close_drive(d)

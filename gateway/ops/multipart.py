@@ -177,17 +177,8 @@ def _complete_result(bucket: str, key: str, etag: str, checksum: dict[str, str])
 
 
 async def complete_upload(req: S3Request) -> Response:
-    try:
-        up = _get_upload(req)
-    except S3Error as e:
-        # A retried Complete whose first answer was lost: the object made from this upload is
-        # in place (its version is the upload id), so answer as the first time.
-        obj = req.gw.store.get_object(req.bucket, req.key) if e.code == "NoSuchUpload" else None
-        if obj is not None and obj.version == req.query.get("uploadId") and \
-                obj.owner == req.user:
-            await read_small_body(req, 16 * 1024 * 1024)
-            return _complete_result(obj.bucket, obj.key, obj.etag, obj.checksum)
-        raise
+    # A completed upload is gone: completing it again is NoSuchUpload, as S3 documents.
+    up = _get_upload(req)
     root = parse_xml(await read_small_body(req, 16 * 1024 * 1024))
     if root.tag != "CompleteMultipartUpload":
         raise S3Error("MalformedXML")

@@ -31,6 +31,7 @@ class ZoneWriter:
         self.end = end  # absolute end of the zone's capacity
         self.buf = bytearray()
         self.synced = wp
+        self._published = wp
         self.users = 0  # puts currently appending here (an idle writer may be retired)
         self.closing = False
         self.finished = asyncio.Event()
@@ -97,44 +98,65 @@ class ZoneWriter:
 
     # ------------------------------------------------------------------ flusher
 
-    async def _run(self) -> None:
+    def _launch(self) -> tuple[asyncio.Task, int, int, bool] | None:
+        """Start the next write (+ sync) if there is one to do: (task, new end, bytes, sync)."""
         log = self.log
         bs = log.block_size
+        # Waiters and index updates already covered by the last sync (publication pending)
+        # do not ask for another one.
+        synced = self.synced
+        want_sync = (self.closing or any(e > synced for e, _ in self._waiters)
+                     or any(e > synced for e, _, _ in self._ops))
+        if want_sync and self.buf:
+            pad = -len(self.buf) % bs
+            if pad:
+                self.buf += bytes(pad)
+            data, self.buf = self.buf, bytearray()
+        elif len(self.buf) >= max(bs, log.flush_size):
+            n = len(self.buf) - len(self.buf) % bs
+            data, self.buf = self.buf, bytearray(self.buf[n:])
+            del data[n:]
+        else:
+            data = None
+        self._room.set()
+        off = self.start
+        if data is not None:
+            self.start += len(data)
+        sync = want_sync and self.synced < self.start
+        if data is None and not sync:
+            return None
+        task = asyncio.ensure_future(asyncio.to_thread(log.device_write, self.zone, off, data,
+                                                       sync))
+        return task, self.start, len(data) if data else 0, sync
+
+    async def _run(self) -> None:
+        log = self.log
+        io: tuple[asyncio.Task, int, int, bool] | None = None
         try:
             while True:
-                await self._wake.wait()
-                self._wake.clear()
-                while True:
-                    want_sync = bool(self._waiters) or bool(self._ops) or self.closing
-                    if want_sync and self.buf:
-                        pad = -len(self.buf) % bs
-                        if pad:
-                            self.buf += bytes(pad)
-                        data, self.buf = self.buf, bytearray()
-                    elif len(self.buf) >= max(bs, log.flush_size):
-                        n = len(self.buf) - len(self.buf) % bs
-                        data, self.buf = self.buf, bytearray(self.buf[n:])
-                        del data[n:]
-                    else:
-                        data = None
-                    self._room.set()
-                    off = self.start
-                    if data is not None:
-                        self.start += len(data)
-                    sync = want_sync and self.synced < self.start
-                    if data is not None or sync:
-                        await asyncio.to_thread(log.device_write, self.zone, off, data, sync)
-                        log.note_write(self.zone, self.start, len(data) if data else 0)
-                    if sync:
-                        self.synced = self.start
-                    if want_sync:
+                if io is None:
+                    self._wake.clear()
+                    io = self._launch()
+                    if io is None:
                         self._publish()
-                    if not self.buf or (len(self.buf) < log.flush_size and not self._waiters
-                                        and not self._ops and not self.closing):
-                        break
-                if self.closing and not self.buf and not self._ops and not self._waiters:
-                    await asyncio.to_thread(log.finish_zone, self.zone, self.synced)
-                    break
+                        if self.closing and not self.buf and not self._ops and not self._waiters:
+                            await asyncio.to_thread(log.finish_zone, self.zone, self.synced)
+                            break
+                        await self._wake.wait()
+                        continue
+                task, new_start, nbytes, sync = io
+                try:
+                    await task
+                except BaseException:
+                    io = None
+                    raise
+                log.note_write(self.zone, new_start, nbytes)
+                if sync:
+                    self.synced = new_start
+                # Start the next write before indexing this one: the device works while the
+                # index transaction runs and the woken puts prepare the batch after that.
+                io = self._launch()
+                self._publish()
         except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
             self.error = exc if isinstance(exc, Exception) else RuntimeError("writer stopped")
             self.closing = True
@@ -147,6 +169,9 @@ class ZoneWriter:
                     done(False)
             self._ops.clear()
             self._room.set()
+            if io is not None:
+                # The device call cannot be cancelled: let it end before the zone is given up.
+                await asyncio.gather(io[0], return_exceptions=True)
             if not isinstance(exc, Exception):
                 raise
         finally:
@@ -155,6 +180,10 @@ class ZoneWriter:
 
     def _publish(self) -> None:
         """Index what is durable now, then wake the puts waiting for it."""
+        if self.synced <= self._published and not any(
+                e <= self.synced for e, _ in self._waiters):
+            return
+        self._published = self.synced
         ready = [op for op in self._ops if op[0] <= self.synced]
         self._ops = [op for op in self._ops if op[0] > self.synced]
         results = self.log.index_flush(self.zone, self.synced, [e for _, e, _ in ready])

@@ -131,6 +131,11 @@ def open_drives(paths: Sequence[str | Path], node_id: str, options: NodeOptions)
     resolved = [Path(p).resolve() for p in paths]
     if len(set(resolved)) != len(resolved):
         raise DriveError("the same drive is listed twice")
+    if options.index_dir is not None:
+        try:
+            Path(options.index_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DriveError(f"index directory {options.index_dir}: {exc.strerror}") from None
     drives: list[_Drive] = []
     try:
         for i, path in enumerate(resolved):

@@ -223,3 +223,20 @@ def test_copy_object_directives_and_conditions(s3):
         s3.copy_object(Bucket="mp-bucket", Key="x", CopySource="mp-bucket/missing")
     assert code(e) == "NoSuchKey"
     assert s3.get_object(Bucket="mp-bucket", Key="copy2")["Body"].read() == b"payload"
+
+
+def test_conditional_complete(s3):
+    s3.put_object(Bucket="mp-bucket", Key="cond", Body=b"existing")
+    uid = s3.create_multipart_upload(Bucket="mp-bucket", Key="cond")["UploadId"]
+    e1 = s3.upload_part(Bucket="mp-bucket", Key="cond", UploadId=uid, PartNumber=1,
+                        Body=b"new")["ETag"]
+    parts = {"Parts": [{"PartNumber": 1, "ETag": e1}]}
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(Bucket="mp-bucket", Key="cond", UploadId=uid,
+                                     MultipartUpload=parts, IfNoneMatch="*")
+    assert code(e) == "PreconditionFailed"
+    assert s3.get_object(Bucket="mp-bucket", Key="cond")["Body"].read() == b"existing"
+    etag = s3.head_object(Bucket="mp-bucket", Key="cond")["ETag"]
+    s3.complete_multipart_upload(Bucket="mp-bucket", Key="cond", UploadId=uid,
+                                 MultipartUpload=parts, IfMatch=etag)
+    assert s3.get_object(Bucket="mp-bucket", Key="cond")["Body"].read() == b"new"

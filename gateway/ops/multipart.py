@@ -49,6 +49,7 @@ from gateway.ops.objects import (
     checksum_headers,
     known_length,
     object_meta,
+    put_conditions,
     store_object,
 )
 from gateway.storage import MANIFEST_PART, CopyBody, new_version, part_uid
@@ -179,6 +180,7 @@ def _complete_result(bucket: str, key: str, etag: str, checksum: dict[str, str])
 async def complete_upload(req: S3Request) -> Response:
     # A completed upload is gone: completing it again is NoSuchUpload, as S3 documents.
     up = _get_upload(req)
+    if_absent, if_version = put_conditions(req)  # conditional writes apply to Complete too
     root = parse_xml(await read_small_body(req, 16 * 1024 * 1024))
     if root.tag != "CompleteMultipartUpload":
         raise S3Error("MalformedXML")
@@ -242,7 +244,8 @@ async def complete_upload(req: S3Request) -> Response:
         stream=up.upload_id, meta=lambda _: {"kind": "manifest", "upload": up.upload_id,
                                              "object": object_meta(rec)})
     try:
-        await store_object(req, rec, [mark], upload_id=up.upload_id)
+        await store_object(req, rec, [mark], upload_id=up.upload_id, if_absent=if_absent,
+                           if_version=if_version)
     except UploadChangedError:
         req.gw.store.queue_orphans([rec.manifest])
         notify_sweeper(req)

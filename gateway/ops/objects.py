@@ -150,8 +150,8 @@ async def put_object(req: S3Request) -> Response:
                        owner=req.user, version=new_version(), headers=headers, user_meta=meta)
     mark = await write_single(req, rec, body)
     await store_object(req, rec, [mark], if_absent=if_absent, if_version=if_version)
-    return Response(b"", headers={"ETag": quote_etag(rec.etag), **checksum_headers(
-        {k: v for k, v in rec.checksum.items() if k != "type"})})
+    return Response(b"", headers={"ETag": quote_etag(rec.etag),
+                                  **checksum_headers(rec.checksum)})
 
 
 # ---- GET / HEAD -------------------------------------------------------------------------

@@ -212,6 +212,52 @@ async def test_client_dropping_a_download_leaves_the_node_healthy(cluster, sessi
     assert "Traceback" not in cluster.log_path(0).read_text()
 
 
+async def _expect_put(cluster, path, headers):
+    """Send a PUT's headers with Expect: 100-continue and no body; return the status line."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", cluster.nodes[0].port)
+    head = [f"PUT {path} HTTP/1.1", "Host: x", "Expect: 100-continue"]
+    head += [f"{k}: {v}" for k, v in headers.items()]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
+    await writer.drain()
+    line = await asyncio.wait_for(reader.readline(), 10)
+    return line, reader, writer
+
+
+@pytest.mark.parametrize("extra,code", [
+    ({"X-ZG-Length": str(7 << 30)}, b"413"),
+    ({"X-ZG-Length": "abc"}, b"400"),
+    ({"X-ZG-Length": "10", "Content-Length": str(10 + 70_000)}, b"413"),
+])
+async def test_expect_100_continue_refuses_before_the_body(cluster, session, extra, code):
+    path = "/v1/records/expected"
+    line, _, writer = await _expect_put(cluster, path, {**cluster.headers(0, "PUT", path),
+                                                        **extra})
+    writer.close()
+    assert line.split()[1] == code, line
+    # Unsigned: refused the same way, before any body byte.
+    line, _, writer = await _expect_put(cluster, path, extra)
+    writer.close()
+    assert line.split()[1] == b"403", line
+
+
+async def test_expect_100_continue_then_the_body(cluster, session):
+    path = "/v1/records/continued"
+    body = b"payload" + b"meta"
+    headers = {**cluster.headers(0, "PUT", path, body=body), "X-ZG-Length": "7",
+               "Content-Length": str(len(body))}
+    line, reader, writer = await _expect_put(cluster, path, headers)
+    assert line.startswith(b"HTTP/1.1 100"), line
+    assert await reader.readline() == b"\r\n"
+    writer.write(body)
+    await writer.drain()
+    line = await asyncio.wait_for(reader.readline(), 10)
+    writer.close()
+    assert line.split()[1] == b"201", line
+    status, headers, got = await node_request(session, cluster, 0, "GET", path)
+    assert (status, got) == (200, b"payload")
+    assert base64.b64decode(headers["X-ZG-Meta"]) == b"meta"
+
+
 async def test_no_request_in_this_module_caused_a_500(cluster, session):
     status, _, body = await node_request(session, cluster, 0, "GET", "/metrics")
     assert status == 200

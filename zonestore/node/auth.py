@@ -34,6 +34,17 @@ WRITE_METHODS = frozenset({"PUT", "DELETE", "POST", "PATCH"})
 LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
 
 
+def check_signature(request: web.Request, secret: bytes, window: float = DEFAULT_WINDOW) -> str:
+    """Verify the request's signature (no replay bookkeeping); returns the signed body hash.
+    Raises NodeError 403."""
+    try:
+        return verify_request(secret, request.method, request.rel_url.raw_path,
+                              list(request.rel_url.query.items()), request.headers,
+                              window=window)
+    except AuthError as exc:
+        raise NodeError(403, "forbidden", str(exc)) from None
+
+
 class ReplayCache:
     """Signatures of writes seen within the window, oldest first, bounded in number."""
 
@@ -73,13 +84,7 @@ def make_auth_middleware(secret: bytes, *, window: float = DEFAULT_WINDOW,
             open_metrics == "any" or (open_metrics == "loopback" and request.remote in LOOPBACK)
         ):
             return await handler(request)
-        try:
-            body_hash = verify_request(
-                secret, request.method, path, list(request.rel_url.query.items()),
-                request.headers, window=window,
-            )
-        except AuthError as exc:
-            raise NodeError(403, "forbidden", str(exc)) from None
+        body_hash = check_signature(request, secret, window)
         if request.method in WRITE_METHODS:
             signature = request.headers[AUTH_HEADER].partition(" ")[2]
             if not replays.first_time(signature):

@@ -19,7 +19,7 @@ from zonestore.errors import CorruptRecord
 from zonestore.ids import validate_record_id
 from zonestore.node.auth import BODY_HASH
 from zonestore.node.body import PutBody
-from zonestore.node.errors import NodeError, log
+from zonestore.node.errors import NodeError, json_error, log
 from zonestore.node.state import STATE, NodeState
 from zonestore.nodeauth import EMPTY_SHA256, UNSIGNED
 
@@ -93,8 +93,8 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, end - start + 1
 
 
-async def put_record(request: web.Request) -> web.Response:
-    state = _state(request)
+def _put_params(request: web.Request, state: NodeState) -> tuple[str, int, str]:
+    """The record id, payload length and stream of a PUT, checked (NodeError otherwise)."""
     rid = _record_id(request)
     raw_len = request.headers.get("X-ZG-Length")
     if raw_len is None or not _INT_RE.fullmatch(raw_len):
@@ -115,6 +115,36 @@ async def put_record(request: web.Request) -> web.Response:
         if declared > length + state.max_meta_size:
             raise NodeError(413, "meta_too_large", f"Content-Length {declared} leaves "
                             f"{declared - length} bytes of metadata (max {state.max_meta_size})")
+    return rid, length, stream
+
+
+async def expect_put(request: web.Request) -> web.StreamResponse | None:
+    """`Expect: 100-continue`: refuse before the client sends a byte of body if the request
+    is unsigned, malformed, too large or does not fit (aiohttp calls this before the
+    middlewares, so it checks the signature itself, without the replay bookkeeping)."""
+    state = _state(request)
+    expect = request.headers.get("Expect", "")
+    try:
+        if expect.lower() != "100-continue":
+            raise NodeError(417, "expectation_failed", f"unsupported Expect {expect[:100]!r}")
+        if state.check_signature is not None:
+            state.check_signature(request)
+        _, length, _ = _put_params(request, state)
+        _store(request)
+        await _check_room(state, length)
+    except NodeError as err:
+        state.metrics.requests.labels("PUT", "record_put", str(err.status)).inc()
+        resp = json_error(err.status, err.code, err.message, err.headers)
+        resp.force_close()  # the body the client would send next is not wanted
+        return resp
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0
+    return None
+
+
+async def put_record(request: web.Request) -> web.Response:
+    state = _state(request)
+    rid, length, stream = _put_params(request, state)
     store = _store(request)
     await _check_room(state, length)
     body = PutBody(request.content, length, state.max_meta_size,
@@ -336,7 +366,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     r = app.router
-    r.add_put("/v1/records/{id}", put_record, name="record_put")
+    r.add_put("/v1/records/{id}", put_record, name="record_put", expect_handler=expect_put)
     r.add_get("/v1/records/{id}", get_record, name="record_get", allow_head=False)
     r.add_head("/v1/records/{id}", head_record, name="record_head")
     r.add_delete("/v1/records/{id}", delete_record, name="record_delete")

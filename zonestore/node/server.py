@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import random
@@ -31,7 +32,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from zonestore.device import ZonedDevice
 from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_drive
-from zonestore.node.auth import make_auth_middleware
+from zonestore.node.auth import check_signature, make_auth_middleware
 from zonestore.node.errors import error_middleware, json_error
 from zonestore.node.handlers import add_routes
 from zonestore.node.metrics import NodeMetrics
@@ -219,6 +220,8 @@ def build_app(state: NodeState, secret: bytes, options: NodeOptions) -> web.Appl
         client_max_size=MAX_META_SIZE,  # only for request.read(); record bodies are streamed
     )
     app[STATE] = state
+    state.check_signature = functools.partial(check_signature, secret=secret,
+                                              window=options.auth_window)
     add_routes(app)
     return app
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ class NodeState:
     pool: Any = None  # the DrivePool, once every drive's log is open
     logs: list[Any] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
+    check_signature: Callable[[web.Request], str] | None = None  # for Expect: 100-continue
     draining: bool = False  # shutting down: in-flight requests finish, new ones get 503
     inflight: int = 0
 

@@ -146,7 +146,8 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("recover-metadata",
-                       help="rebuild the gateway's metadata store from the nodes' archives")
+                       help="rebuild the gateway's metadata store from the nodes' archives "
+                            "(run it with the gateway stopped)")
     p.add_argument("--config", required=True, help="cluster config (TOML)")
     p.add_argument("--force", action="store_true",
                    help="merge into an existing, non-empty metadata store")

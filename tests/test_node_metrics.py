@@ -75,5 +75,7 @@ async def test_metrics_parse_and_reflect_the_workload(tmp_path):
         len(sizes)
     assert total(found, "zonegate_node_received_bytes_total") == sum(sizes) + 4 * len(sizes)
     assert total(found, "zonegate_node_sent_bytes_total") == sum(sizes)
+    assert total(found, "zonegate_node_ready") == 1
+    assert total(found, "zonegate_node_requests_inflight") == 1  # the scrape itself
     # The record ids never become label values (cardinality stays low).
     assert "m3" not in body.decode()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
@@ -93,6 +93,10 @@ class NodeMetrics:
                                      registry=self.registry)
         self.reclaims = Counter(f"{PREFIX}_reclaim_runs", "Background reclaim passes.",
                                 ["drive", "result"], registry=self.registry)
+        self.ready = Gauge(f"{PREFIX}_ready", "1 once every drive's zone log is open.",
+                           registry=self.registry)
+        self.inflight = Gauge(f"{PREFIX}_requests_inflight", "Requests being handled.",
+                              registry=self.registry)
         self.zones_reset = Counter(f"{PREFIX}_drive_reclaimed_zones", "Zones reset by reclaim.",
                                    ["drive"], registry=self.registry)
         self.reclaim_copied = Counter(f"{PREFIX}_drive_reclaim_copied_bytes",

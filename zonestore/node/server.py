@@ -220,6 +220,8 @@ def build_app(state: NodeState, secret: bytes, options: NodeOptions) -> web.Appl
         client_max_size=MAX_META_SIZE,  # only for request.read(); record bodies are streamed
     )
     app[STATE] = state
+    state.metrics.ready.set_function(lambda: 1.0 if state.ready else 0.0)
+    state.metrics.inflight.set_function(lambda: float(state.inflight))
     state.check_signature = functools.partial(check_signature, secret=secret,
                                               window=options.auth_window)
     add_routes(app)

@@ -465,3 +465,17 @@ def test_concurrent_overwrites_across_workers(gw, s3, bucket):
     data = g["Body"].read()
     assert data in bodies and g["ETag"] == f'"{hashlib.md5(data).hexdigest()}"'
     assert wait_for(lambda: len(archive_ids(gw) - base) == gw.k + gw.m)
+
+
+def test_list_buckets_prefix_and_pages(s3):
+    names = [f"lb-page-{i}" for i in range(5)]
+    for n in names:
+        s3.create_bucket(Bucket=n)
+    try:
+        pages = list(s3.get_paginator("list_buckets").paginate(
+            Prefix="lb-page-", PaginationConfig={"PageSize": 2}))
+        assert [b["Name"] for p in pages for b in p["Buckets"]] == names
+        assert len(pages) == 3
+    finally:
+        for n in names:
+            s3.delete_bucket(Bucket=n)

@@ -18,6 +18,7 @@ import ctypes
 import http.client
 import os
 import secrets
+import shutil
 import signal
 import socket
 import ssl
@@ -382,6 +383,8 @@ class Launcher:
                 return False
             for c in list(pending):
                 if not c.alive():
+                    if self._port_stolen(c):
+                        continue
                     self.say(f"{c.name} exited during start (code {c.proc.returncode}); "
                              f"last lines of {c.log}:\n{c.tail()}")
                     return False
@@ -395,6 +398,24 @@ class Launcher:
                 return False
             if pending:
                 time.sleep(0.25)
+        return True
+
+    def _port_stolen(self, c: Child) -> bool:
+        """A node that died because another process took its port between our check and its
+        bind (ports near a random test port lie in the kernel's ephemeral range): give it
+        another port and start it again. Only before the gateway has read the config."""
+        node = next((n for n in self.cfg["nodes"] if n["id"] == c.name), None)
+        if node is None or len(c.starts) > 3:
+            return False
+        host, port = _split_url(node["url"])
+        if _port_free(host, port):
+            return False
+        used = {_split_url(n["url"])[1] for n in self.cfg["nodes"]} | {self.args.port}
+        new = _free_port(host, used)
+        self.say(f"{c.name}: port {port} was taken by another process, moving it to {new}")
+        node["url"] = f"http://{host}:{new}"
+        write_config(self.config_path, self.cfg)
+        c.spawn(self.env)
         return True
 
     def start(self) -> bool:
@@ -416,6 +437,10 @@ class Launcher:
         ak, sk = root["access_key"], root["secret_key"]
         region = self.cfg.get("gateway", {}).get("region", "us-east-1")
         verify = f" --ca-bundle {self.cert}" if self.cert else ""
+        aws = "aws"
+        venv_aws = Path(sys.executable).with_name("aws")
+        if not shutil.which("aws") and venv_aws.exists():
+            aws = str(venv_aws)  # the aws cli that `make` installed into the venv
         lines = [
             f"{READY_BANNER}: {len(self.children)} nodes, gateway pid {self.gateway.proc.pid}",
             f"  endpoint:    {self.endpoint}",
@@ -430,7 +455,7 @@ class Launcher:
         lines += [
             "  try:",
             f"    AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION={region} \\",
-            f"      aws --endpoint-url {self.endpoint}{verify} s3 ls",
+            f"      {aws} --endpoint-url {self.endpoint}{verify} s3 ls",
             "  Ctrl-C stops the cluster.",
         ]
         print("\n".join(lines), flush=True)

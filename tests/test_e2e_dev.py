@@ -167,3 +167,30 @@ def test_dev_refuses_a_port_in_use(tmp_path):
         with pytest.raises(Exception, match="in use"):
             cluster.start(timeout=60)
     assert cluster.child_pids() == []
+
+
+@pytest.mark.slow
+def test_dev_moves_a_node_whose_port_is_taken_during_start(tmp_path, capsys):
+    from gateway.cli import build_parser
+    from gateway.dev import Launcher
+    from tests.devcluster import free_port
+
+    args = build_parser().parse_args([
+        "dev", "--data", str(tmp_path / "data"), "--port", str(free_port()), "--nodes", "10",
+        "--zones", "8", "--zone-size", "16M", "--workers", "1"])
+    launcher = Launcher(args)
+    launcher.prepare()
+    url = launcher.cfg["nodes"][2]["url"]
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        with socket.socket() as thief:  # takes node03's port after the launcher checked it
+            thief.bind(("127.0.0.1", port))
+            thief.listen()
+            assert launcher.start()
+        assert f"port {port} was taken" in capsys.readouterr().out
+        saved = tomllib.loads(launcher.config_path.read_text())
+        assert saved["nodes"][2]["url"] != url
+        assert launcher.cfg["nodes"][2]["url"] == saved["nodes"][2]["url"]
+    finally:
+        launcher.stop()
+    assert all(not c.alive() for c in [*launcher.children, launcher.gateway])

@@ -92,8 +92,11 @@ class SqliteStore(MetadataStore):
             c = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
                                 check_same_thread=False)
             c.execute("PRAGMA journal_mode=WAL")
-            c.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoint,
-            c.execute("PRAGMA busy_timeout=30000")  # consistent after any crash
+            # FULL: a commit is on disk before the PUT is acknowledged, like the data on the
+            # nodes (NORMAL would only lose the newest commits on power loss, but an
+            # acknowledged object must survive that too).
+            c.execute("PRAGMA synchronous=FULL")
+            c.execute("PRAGMA busy_timeout=30000")
             self._local.conn = c
             with self._lock:
                 self._conns.append(c)

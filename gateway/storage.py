@@ -137,8 +137,8 @@ class Storage:
                     ) -> tuple[dict[str, Any], int]:
         """Write a part; returns its layout and the pending mark to release at commit."""
         from erasure.errors import ErasureError
-        mark = store.queue_orphans([{"part_uid": uid, "pending": True}],
-                                   delay=self.pending_grace)[0]
+        mark = (await asyncio.to_thread(store.queue_orphans, [{"part_uid": uid, "pending": True}],
+                                        delay=self.pending_grace))[0]
         try:
             layout = await self.cluster.write_part(uid, body, length=length, stream=stream,
                                                    meta=meta)

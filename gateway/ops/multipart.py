@@ -9,6 +9,7 @@ the final object metadata, so `recover-metadata` can rebuild the object from the
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator
@@ -125,7 +126,8 @@ async def _store_part(req: S3Request, up: UploadRecord, number: int, body: Any) 
     size, etag, ck = body_result(body)
     part = PartRecord(upload_id=up.upload_id, number=number, size=size, etag=etag,
                       last_modified=now(), layout=layout, checksum=ck)
-    if not req.gw.store.put_part(part, release=[mark]):
+    # Commits wait for fsync: off the event loop.
+    if not await asyncio.to_thread(req.gw.store.put_part, part, release=[mark]):
         req.gw.store.queue_orphans([layout])
         notify_sweeper(req)
         raise S3Error("NoSuchUpload", UploadId=up.upload_id)

@@ -3,6 +3,7 @@ HeadObject, DeleteObject, DeleteObjects."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from typing import Any
@@ -102,7 +103,9 @@ async def store_object(req: S3Request, rec: ObjectRecord, marks: list[int], *,
     layouts are freed and 412 raised."""
     if os.environ.get("ZONEGATE_TEST_CRASH_BEFORE_COMMIT") == rec.key:
         os._exit(70)  # fault injection for the crash tests: data written, metadata not
-    conflict = req.gw.store.put_object(rec, if_absent=if_absent, if_version=if_version,
+    # Commits wait for fsync: off the event loop.
+    conflict = await asyncio.to_thread(req.gw.store.put_object, rec, if_absent=if_absent,
+                                       if_version=if_version,
                                        upload_id=upload_id, release=marks)
     if conflict is not None:
         req.gw.store.queue_orphans(rec.layouts())

@@ -13,10 +13,13 @@ import hashlib
 import http.client
 import itertools
 import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
+from pathlib import Path
 
 import boto3.s3.transfer
 import crc32c
@@ -528,3 +531,21 @@ def test_upload_and_download_200mb_file(cluster, s3, bucket, tmp_path):
     assert s3.head_object(Bucket=bucket, Key="big64.bin")["ETag"].endswith('-3"')
     s3.download_file(bucket, "big64.bin", str(dst), Config=cfg)
     assert file_md5(dst) == md5
+
+
+def test_aws_cli_on_the_same_endpoint(cluster, s3, bucket, tmp_path):
+    """The aws cli, over this module's protocol too (over HTTPS it trusts the certificate by
+    AWS_CA_BUNDLE and sends aws-chunked bodies with trailers, like boto3)."""
+    env = cluster.aws_env(tmp_path / "awsconfig")
+    aws = [str(Path(sys.executable).with_name("aws")), "--endpoint-url", cluster.endpoint]
+    src = tmp_path / "nine.bin"
+    md5 = make_file(src, 9_000_000, seed=19)  # above the cli's 8 MiB multipart threshold
+    for args in (["s3", "cp", str(src), f"s3://{bucket}/cli/nine.bin"],
+                 ["s3", "cp", f"s3://{bucket}/cli/nine.bin", str(tmp_path / "back.bin")]):
+        p = subprocess.run(aws + args, env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+    assert file_md5(tmp_path / "back.bin") == md5
+    assert s3.head_object(Bucket=bucket, Key="cli/nine.bin")["ETag"].endswith('-2"')
+    p = subprocess.run(aws + ["s3", "ls", f"s3://{bucket}/cli/"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and "nine.bin" in p.stdout

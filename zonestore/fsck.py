@@ -320,7 +320,7 @@ def fsck(device: ZonedDevice, index_path: str | Path, *, rebuild: bool = False,
                 diffs = compare_indexes(live, rebuilt)
                 counters = dict(live.counters)
             finally:
-                live.close()
+                live.close(flush=False)
         else:
             diffs = [f"{index_path}: no live index"]
             counters = {}

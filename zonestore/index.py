@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 import struct
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ REC = 0
 TOMB = 1
 _EXT = struct.Struct("<QIII")  # payload offset, length, crc32c, device bytes the chunk occupies
 
+META_EVERY = 1.0  # seconds between writes of the counters
 COUNTERS = ("user_bytes_written", "device_bytes_written", "gc_bytes_copied", "flushes",
             "flush_bytes", "crc_failures", "read_errors")
 
@@ -97,6 +99,8 @@ class Index:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self._depth = 0
+        self._meta_at = 0.0
+        self._force_meta = False
         self._records = 0  # live records, counted at open and kept up to date
         self._dirty: set[int] = set()
         self.max_seq = 0
@@ -164,8 +168,21 @@ class Index:
                  for z in self._dirty],
             )
             self._dirty.clear()
-        self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                            [("max_seq", self.max_seq), *self.counters.items()])
+        # Counters and the seq high-water mark change with every transaction but only matter
+        # for metrics (a crash may lose a second of counts) and as a floor for seq (open takes
+        # the max with the records and the zone tails): written at most once a second.
+        now = time.monotonic()
+        if self._force_meta or now - self._meta_at >= META_EVERY:
+            self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                [("max_seq", self.max_seq), *self.counters.items()])
+            self._meta_at = now
+            self._force_meta = False
+
+    def flush_meta(self) -> None:
+        """Write the counters now (close, tools)."""
+        self._force_meta = True
+        with self.txn():
+            pass
 
     def _reload_state(self) -> None:
         self._records = self.db.execute(
@@ -180,11 +197,17 @@ class Index:
             if sealed:
                 self.sealed.add(z)
         meta = dict(self.db.execute("SELECT key, value FROM meta"))
-        self.max_seq = int(meta.get("max_seq", 0))
+        top = self.db.execute("SELECT MAX(seq) FROM records").fetchone()[0] or 0
+        self.max_seq = max(int(meta.get("max_seq", 0)), top)
         self.counters = {k: int(meta.get(k, 0)) for k in COUNTERS}
 
-    def close(self) -> None:
-        self.db.close()
+    def close(self, *, flush: bool = True) -> None:
+        """Close; `flush=False` for a reader (fsck) that must not write to a live index."""
+        try:
+            if flush:
+                self.flush_meta()
+        finally:
+            self.db.close()
 
     def wipe(self) -> None:
         """Forget everything (before a full rebuild from the zones); counters are kept."""

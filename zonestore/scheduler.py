@@ -78,7 +78,10 @@ class ZoneWriter:
         self._ops.append((end, entry, done))
 
     async def wait_room(self) -> None:
-        """Backpressure for streamed puts: bounded buffer per zone."""
+        """Backpressure for streamed puts (bounded buffer per zone); also lets the flusher
+        start writing a full buffer while the put goes on copying the next chunks."""
+        if self._wake.is_set():
+            await asyncio.sleep(0)
         await self._room.wait()
 
     async def wait_durable(self, end: int) -> None:
@@ -98,7 +101,7 @@ class ZoneWriter:
 
     # ------------------------------------------------------------------ flusher
 
-    def _launch(self) -> tuple[asyncio.Task, int, int, bool] | None:
+    def _launch(self) -> tuple[asyncio.Future, int, int, bool] | None:
         """Start the next write (+ sync) if there is one to do: (task, new end, bytes, sync)."""
         log = self.log
         bs = log.block_size
@@ -125,13 +128,15 @@ class ZoneWriter:
         sync = want_sync and self.synced < self.start
         if data is None and not sync:
             return None
-        task = asyncio.ensure_future(asyncio.to_thread(log.device_write, self.zone, off, data,
-                                                       sync))
+        # Submitted to the thread pool right away (to_thread would wait for a loop turn), so
+        # the device writes while the put goes on copying its next chunks.
+        task = asyncio.get_running_loop().run_in_executor(None, log.device_write, self.zone, off,
+                                                          data, sync)
         return task, self.start, len(data) if data else 0, sync
 
     async def _run(self) -> None:
         log = self.log
-        io: tuple[asyncio.Task, int, int, bool] | None = None
+        io: tuple[asyncio.Future, int, int, bool] | None = None
         try:
             while True:
                 if io is None:

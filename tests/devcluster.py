@@ -158,18 +158,19 @@ class DevCluster:
         return "\n".join(out)
 
     def child_pids(self) -> list[int]:
-        """Processes started for this cluster (their command line names its config file)."""
+        """Processes started for this cluster: their command line names its config file, or
+        (the gateway's uvicorn workers, started by multiprocessing) their environment does."""
         needle = str(self.config_path).encode()
         pids = []
         for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
-                cmdline = (entry / "cmdline").read_bytes()
+                if needle in (entry / "cmdline").read_bytes() or \
+                        needle in (entry / "environ").read_bytes():
+                    pids.append(int(entry.name))
             except OSError:
                 continue
-            if needle in cmdline and int(entry.name) != os.getpid():
-                pids.append(int(entry.name))
         return pids
 
     # -- clients

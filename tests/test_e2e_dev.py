@@ -123,7 +123,7 @@ def test_dev_starts_restarts_and_stops_everything(tmp_path):
         assert stat.S_IMODE(cluster.config_path.stat().st_mode) == 0o600
         assert len(tomllib.loads(cfg_text.decode())["nodes"]) == 12
         children = cluster.child_pids()
-        assert len(children) >= 13  # 12 nodes + the gateway (+ its workers)
+        assert len(children) >= 15  # 12 nodes + the gateway + its 2 uvicorn workers
         s3 = cluster.client()
         s3.create_bucket(Bucket="persist")
         s3.put_object(Bucket="persist", Key="k", Body=b"survives restarts")

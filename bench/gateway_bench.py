@@ -404,10 +404,22 @@ def report(rows: list[Row], size: int, small: int) -> str:
             parts.append(f"{v / rate[('pipeline', 'in-process', 'PUT')]:.2f}x pipeline baseline")
         if parts:
             lines.append(f"- gateway, {c}, {op}: " + ", ".join(parts))
-    if small != size:
+    if small != size and any(r.target == "moto" for r in rows):
         lines.append(f"\nmoto moved {small / MiB:.0f} MiB objects (its GET runs at ~10 MB/s), "
                      f"the others {size / MiB:.0f} MiB.")
     return "\n".join(out + lines)
+
+
+def medians(rows: list[Row]) -> list[Row]:
+    """Per (target, client, op): the run with the median time (failed runs count as slowest)."""
+    groups: dict[tuple[str, str, str], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.target, r.client, r.op), []).append(r)
+    out = []
+    for group in groups.values():
+        group.sort(key=lambda r: (bool(r.error), r.seconds))
+        out.append(group[(len(group) - 1) // 2])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -418,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="moto's object size relative to the others (default 1/8)")
     p.add_argument("--skip", default="", help="comma-separated targets to skip "
                    "(gateway,null,moto,s3rver,curl,pipeline)")
+    p.add_argument("--runs", type=int, default=1,
+                   help="interleaved runs; the median run is reported (default 1)")
     p.add_argument("--json", default=None, help="also write the rows here")
     p.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir)")
     args = p.parse_args(argv)
@@ -433,8 +447,6 @@ def main(argv: list[str] | None = None) -> int:
     make_source(small_src, small)
     rows: list[Row] = []
     try:
-        if "pipeline" not in skip:
-            rows.append(run_pipeline(src, size, work))
         # Every server runs for the whole benchmark and the clients take turns, so that the
         # ratios compare measurements taken close together on this noisy machine.
         plan: list[tuple[Target, Path, int]] = []
@@ -452,22 +464,29 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 plan.append((target, small_src if name == "moto" else src,
                              small if name == "moto" else size))
-            for cname, cfg in transfer_configs().items():
-                for target, path, n in plan:
-                    rows += run_boto3(target, path, n, scratch, cname, cfg)
-            if "curl" not in skip and not shutil.which("curl"):
-                print("  curl: skipped (not installed)")
-            elif "curl" not in skip:
-                for target, path, n in plan:
-                    if target.name in ("gateway", "null"):
-                        rows += run_curl(target, path, n)
+            for run in range(args.runs):
+                if args.runs > 1:
+                    print(f"run {run + 1} of {args.runs}", flush=True)
+                if "pipeline" not in skip:
+                    rows.append(run_pipeline(src, size, work))
+                for cname, cfg in transfer_configs().items():
+                    for target, path, n in plan:
+                        rows += run_boto3(target, path, n, scratch, cname, cfg)
+                if "curl" not in skip and not shutil.which("curl"):
+                    print("  curl: skipped (not installed)")
+                elif "curl" not in skip:
+                    for target, path, n in plan:
+                        if target.name in ("gateway", "null"):
+                            rows += run_curl(target, path, n)
         finally:
             for target, _, _ in plan:
                 target.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
-    text = report(rows, size, small)
+    text = report(medians(rows), size, small)
+    if args.runs > 1:
+        text += f"\nMedians of {args.runs} interleaved runs."
     print("\n" + text)
     if args.json:
         Path(args.json).write_text(json.dumps([r.__dict__ for r in rows], indent=1))

@@ -207,7 +207,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _child_preexec(parent: int) -> None:
-    # Runs in the child between fork and exec: die with the launcher, however it dies.
+    # Runs in the child between fork and exec: die with the launcher, however it dies. The
+    # signal follows the *thread* that forked, so the launcher spawns only from its main thread.
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:  # the launcher died before prctl took effect
         os._exit(1)

@@ -29,7 +29,10 @@ class ZoneWriter:
         self.gc = gc
         self.start = wp  # absolute device offset of buf[0] (= device WP once writes land)
         self.end = end  # absolute end of the zone's capacity
-        self.buf = bytearray()
+        # Buffered records as immutable pieces (bytes, or views of bytes): joined by the I/O
+        # thread, which copies without the GIL, so the event loop does not pay for the copy.
+        self._parts: list[bytes | memoryview] = []
+        self._len = 0
         self.synced = wp
         self._published = wp
         self.users = 0  # puts currently appending here (an idle writer may be retired)
@@ -47,7 +50,7 @@ class ZoneWriter:
 
     @property
     def tail(self) -> int:
-        return self.start + len(self.buf)
+        return self.start + self._len
 
     @property
     def remaining(self) -> int:
@@ -64,12 +67,16 @@ class ZoneWriter:
             raise self.error
         off = self.tail
         for p in parts:
-            self.buf += p
+            if not (isinstance(p, bytes)
+                    or (isinstance(p, memoryview) and isinstance(p.obj, bytes))):
+                p = bytes(p)  # the caller may reuse a mutable buffer once we return
+            self._parts.append(p)
+            self._len += len(p)
         if self.tail > self.end:
             raise AssertionError("append past the zone's capacity")
-        if len(self.buf) >= self.log.flush_size:
+        if self._len >= self.log.flush_size:
             self._wake.set()
-            if len(self.buf) >= self.log.max_buffer:
+            if self._len >= self.log.max_buffer:
                 self._room.clear()
         return off
 
@@ -110,21 +117,32 @@ class ZoneWriter:
         synced = self.synced
         want_sync = (self.closing or any(e > synced for e, _ in self._waiters)
                      or any(e > synced for e, _, _ in self._ops))
-        if want_sync and self.buf:
-            pad = -len(self.buf) % bs
+        data: list[bytes | memoryview] | None = None
+        nbytes = 0
+        if want_sync and self._len:
+            pad = -self._len % bs
             if pad:
-                self.buf += bytes(pad)
-            data, self.buf = self.buf, bytearray()
-        elif len(self.buf) >= max(bs, log.flush_size):
-            n = len(self.buf) - len(self.buf) % bs
-            data, self.buf = self.buf, bytearray(self.buf[n:])
-            del data[n:]
-        else:
-            data = None
+                self._parts.append(bytes(pad))
+            data, nbytes = self._parts, self._len + pad
+            self._parts, self._len = [], 0
+        elif self._len >= max(bs, log.flush_size):
+            nbytes = self._len - self._len % bs
+            data, rest, acc = [], [], 0
+            for p in self._parts:
+                if acc >= nbytes:
+                    rest.append(p)
+                elif acc + len(p) <= nbytes:
+                    data.append(p)
+                else:
+                    k = nbytes - acc
+                    mv = memoryview(p)
+                    data.append(mv[:k])
+                    rest.append(mv[k:])
+                acc += len(p)
+            self._parts, self._len = rest, self._len - nbytes
         self._room.set()
         off = self.start
-        if data is not None:
-            self.start += len(data)
+        self.start += nbytes
         sync = want_sync and self.synced < self.start
         if data is None and not sync:
             return None
@@ -132,7 +150,7 @@ class ZoneWriter:
         # the device writes while the put goes on copying its next chunks.
         task = asyncio.get_running_loop().run_in_executor(None, log.device_write, self.zone, off,
                                                           data, sync)
-        return task, self.start, len(data) if data else 0, sync
+        return task, self.start, nbytes, sync
 
     async def _run(self) -> None:
         log = self.log
@@ -144,7 +162,7 @@ class ZoneWriter:
                     io = self._launch()
                     if io is None:
                         self._publish()
-                        if self.closing and not self.buf and not self._ops and not self._waiters:
+                        if self.closing and not self._len and not self._ops and not self._waiters:
                             await asyncio.to_thread(log.finish_zone, self.zone, self.synced)
                             break
                         await self._wake.wait()
@@ -207,7 +225,7 @@ class ZoneWriter:
     async def stop(self) -> None:
         """Flush and close (not finish) at log close."""
         self._wake.set()
-        if self._waiters or self._ops or self.buf:
+        if self._waiters or self._ops or self._len:
             fut = asyncio.get_running_loop().create_future()
             self._waiters.append((self.tail, fut))
             self._wake.set()

@@ -267,8 +267,10 @@ class ZoneLog:
 
     # ------------------------------------------------------------------ hooks for writers
 
-    def device_write(self, zone: int, off: int, data: bytearray | None, sync: bool) -> None:
-        if data:
+    def device_write(self, zone: int, off: int, parts: list | None, sync: bool) -> None:
+        """Runs in a worker thread: join the pieces (without the GIL), write, sync."""
+        if parts:
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
             self.device.write(off, data)
         if sync:
             self.device.sync([zone])

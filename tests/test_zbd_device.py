@@ -14,6 +14,7 @@ import fcntl
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -352,3 +353,53 @@ def test_second_exclusive_open_is_refused(dev, zpath):
     with pytest.raises(OSError) as ei:
         ZbdZonedDevice(zpath)
     assert ei.value.errno == errno.EBUSY
+
+
+@zoned
+@pytest.mark.skipif(not os.environ.get("ZONEGATE_PLAIN_DEVICE"),
+                    reason="no plain (not zoned) block device; `make test-zoned` provides one")
+def test_a_plain_block_device_is_refused_in_one_line():
+    from zonestore.zbd import ZbdZonedDevice
+
+    plain = os.environ["ZONEGATE_PLAIN_DEVICE"]
+    with pytest.raises(pyzbd.NotZonedError) as ei:
+        ZbdZonedDevice(plain)
+    assert str(ei.value) == f"{plain}: not a zoned block device"
+    res = subprocess.run([sys.executable, "-m", "gateway.cli", "drive", "info", plain],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    assert res.stderr.strip() == f"zonegate: error: {plain}: not a zoned block device"
+
+
+@zoned
+async def test_cli_drive_info_and_fsck_on_a_zoned_block_device(zpath, tmp_path):
+    import json
+
+    from zonestore.zbd import ZbdZonedDevice
+    from zonestore.zonelog import ZoneLog
+
+    idx = tmp_path / "index.sqlite"
+    with ZbdZonedDevice(zpath) as d:
+        reset_all(d)
+        log = await ZoneLog.open(d, idx, background_reclaim=False)
+        for i in range(5):
+            await log.put(f"r{i}", os.urandom(70_000 * i), stream="s")
+        await log.delete("r2")
+        await log.close()
+        info = d.info
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gateway.cli", "drive", *args],
+                              capture_output=True, text=True, timeout=120)
+
+    res = cli("info", zpath, "--json")
+    assert res.returncode == 0, res.stderr
+    shown = json.loads(res.stdout)
+    assert shown["info"]["backend"] == "zbd"
+    assert shown["info"]["max_open_zones"] == info.max_open_zones
+    assert shown["info"]["nr_zones"] == info.nr_zones
+    res = cli("fsck", zpath, "--index", str(idx), "--quiet")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "index matches the zones" in res.stdout
+    with ZbdZonedDevice(zpath) as d:
+        reset_all(d)

@@ -230,7 +230,7 @@ async def test_writer_killed_with_sigkill_loses_no_acknowledged_record(zpath, tm
     begun: dict[str, int] = {}
     off_wp: list[str] = []
     rng = random.Random(11)
-    for rnd in range(2):
+    for rnd in range(3):
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tests.zoned.crash_writer", zpath, str(idx), f"c{rnd}",
             cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -272,14 +272,12 @@ async def test_writer_killed_with_sigkill_loses_no_acknowledged_record(zpath, tm
                 assert await read_all(log, r.id) == payload(r.id, begun[r.id])
             for z in d.report_zones():
                 if z.is_sequential:
-                    # The index knows every zone up to its write pointer (a zone FINISHED
-                    # early ends its data before its capacity).
-                    iwp = log.index.indexed_wp.get(z.index, 0)
-                    assert iwp == z.written or z.cond is ZoneCondition.FULL and iwp <= z.written
+                    # The index never points past what the device holds.
+                    assert log.index.indexed_wp.get(z.index, 0) <= z.written
                     assert z.wp % d.info.physical_block_size == 0
             await log.put(f"after{rnd}", b"y" * 5000, stream="s")
             assert await read_all(log, f"after{rnd}") == b"y" * 5000
             await log.close()
-    assert len(acked) >= 6
+    assert len(acked) >= 9
     with ZbdZonedDevice(zpath) as d:
         reset_all(d)

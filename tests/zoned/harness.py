@@ -4,8 +4,9 @@ The host's kernel has no zoned-device support, so we boot Debian's stock kernel 
 (TCG; KVM only when the CPU advertises vmx/svm) with a tiny busybox initramfs that loads the
 virtio/9p modules, mounts the host's `/` read-only and this checkout read-write at the same path
 over virtio-9p, chroots into it, loads null_blk as an SMR-like zoned device (conventional zones
-first) and finds QEMU's emulated NVMe ZNS namespace, then runs pytest `-m zoned` on the
-`tests/test_zbd*.py` files against /dev/nvme0n1 and /dev/nullb0 with the host venv's Python.
+first) and finds QEMU's emulated NVMe ZNS namespace (and a plain namespace, to check that it is
+refused), then runs pytest `-m zoned` on the `tests/test_zbd*.py` files against /dev/nvme0n1 and
+/dev/nullb0 with the host venv's Python.
 The guest writes its exit status to a file in a third, host-visible 9p share.
 
 Exit status: the guest pytest's own (0 passed, 1 failed, 2-5 pytest errors);
@@ -44,6 +45,7 @@ ZNS_ZONE = "8M"
 ZNS_GEOMETRY = (f"zoned=true,zoned.zone_size={ZNS_ZONE},zoned.zone_capacity=6M,"
                 "zoned.max_open=8,zoned.max_active=12")
 ZNS_IMAGE_BYTES = 64 * 8 * 1024 * 1024
+PLAIN_IMAGE_BYTES = 64 * 1024 * 1024  # a second, ordinary (not zoned) namespace: /dev/nvme0n2
 NULLB_PARAMS = ("nr_devices=1 zoned=1 zone_size=8 zone_nr_conv=2 gb=1 bs=4096 memory_backed=1 "
                 "zone_max_open=6 zone_max_active=8")
 INIT_MODULES = ["virtio_pci", "9pnet_virtio", "9p"]
@@ -179,7 +181,9 @@ mount -t devtmpfs dev /dev
 for m in $(cat /modules/order); do insmod /modules/$m || echo "init: insmod $m failed"; done
 ip link set lo up  # tests talk to servers on 127.0.0.1
 opts=trans=virtio,version=9p2000.L,msize=262144
-if mount -t 9p -o $opts,ro hostroot /newroot && mount -t 9p -o $opts out /out; then
+# The guest caches the host root and the checkout (cache=loose): uncached 9p costs seconds per
+# Python start. Neither is written by the host during a run; results go to the uncached /out.
+if mount -t 9p -o $opts,ro,cache=loose hostroot /newroot && mount -t 9p -o $opts out /out; then
     mount -t proc proc /newroot/proc
     mount -t sysfs sys /newroot/sys
     mount -t devtmpfs dev /newroot/dev
@@ -187,7 +191,7 @@ if mount -t 9p -o $opts,ro hostroot /newroot && mount -t 9p -o $opts out /out; t
     mount -t tmpfs run /newroot/run
     # After the tmpfs mounts, so that a checkout under /tmp is not hidden by them.
     mkdir -p /newroot@CHECKOUT@ /newroot/tmp/zg-out
-    mount -t 9p -o $opts checkout /newroot@CHECKOUT@ || echo "init: mounting the checkout failed"
+    mount -t 9p -o $opts,cache=loose checkout /newroot@CHECKOUT@ || echo "init: mounting the checkout failed"
     mount --bind /out /newroot/tmp/zg-out
     chroot /newroot /bin/sh /tmp/zg-out/guest.sh
     echo $? > /out/status.tmp && mv /out/status.tmp /out/status
@@ -207,7 +211,9 @@ fail() { echo "guest: $*"; exit @SETUP@; }
 modprobe nvme || fail "modprobe nvme failed"
 modprobe null_blk @NULLB@ || fail "modprobe null_blk failed"
 for i in $(seq 1 100); do [ -b /dev/nvme0n1 ] && [ -b /dev/nullb0 ] && break; sleep 0.1; done
+for i in $(seq 1 50); do [ -b /dev/nvme0n2 ] && break; sleep 0.1; done
 [ -b /dev/nvme0n1 ] || fail "no /dev/nvme0n1 (NVMe ZNS namespace)"
+[ -b /dev/nvme0n2 ] || fail "no /dev/nvme0n2 (plain NVMe namespace)"
 [ -b /dev/nullb0 ] || fail "no /dev/nullb0 (null_blk)"
 for d in nvme0n1 nullb0; do
     q=/sys/block/$d/queue
@@ -215,7 +221,7 @@ for d in nvme0n1 nullb0; do
          "zone=$(( $(cat $q/chunk_sectors) / 2048 ))MiB max_open=$(cat $q/max_open_zones)" \
          "max_active=$(cat $q/max_active_zones) scheduler=$(cat $q/scheduler)"
 done
-export ZONEGATE_ZONED_DEVICES="/dev/nvme0n1 /dev/nullb0"
+export ZONEGATE_ZONED_DEVICES="/dev/nvme0n1 /dev/nullb0" ZONEGATE_PLAIN_DEVICE=/dev/nvme0n2
 @RUN@
 """
 
@@ -280,9 +286,10 @@ def _boot(args: argparse.Namespace, kver: str, vmlinuz: Path, busybox: str, work
                       f"{args.python} -m pytest -m zoned -p no:cacheprovider -o addopts= "
                       f"--color=no {pytest_args}"))
     (out / "guest.sh").write_text(guest)
-    zns = work / "zns.img"
-    with open(zns, "wb") as f:
-        f.truncate(ZNS_IMAGE_BYTES)  # sparse
+    zns, plain = work / "zns.img", work / "plain.img"
+    for img, size in ((zns, ZNS_IMAGE_BYTES), (plain, PLAIN_IMAGE_BYTES)):
+        with open(img, "wb") as f:
+            f.truncate(size)  # sparse
     kvm = use_kvm()
     cmd = [
         "qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -299,6 +306,9 @@ def _boot(args: argparse.Namespace, kver: str, vmlinuz: Path, busybox: str, work
         "-device", "nvme,id=nvme0,serial=zns0001",
         "-device", "nvme-ns,drive=zns0,bus=nvme0,nsid=1,logical_block_size=4096,"
                    f"physical_block_size=4096,{ZNS_GEOMETRY}",
+        "-drive", f"file={plain},id=plain0,format=raw,if=none",
+        "-device", "nvme-ns,drive=plain0,bus=nvme0,nsid=2,logical_block_size=4096,"
+                   "physical_block_size=4096",
     ]
     log(f"booting {vmlinuz.name} under {'KVM' if kvm else 'TCG'} "
         f"(ZNS {ZNS_GEOMETRY}; null_blk {NULLB_PARAMS}); timeout {args.timeout}s")

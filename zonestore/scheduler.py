@@ -7,7 +7,8 @@ writes whole blocks and keeps the tail; a flush for a waiter (a put that must be
 the last block with zeros and syncs the zone. Everything that arrives while a write+sync is in
 flight shares the next one: many concurrent small puts pay for a single fdatasync. Index
 updates for the records of a flush are applied, in one SQLite transaction, after the sync and
-before the waiters wake, so a put that returned is both durable and visible.
+before the waiters wake, so a put that returned is both durable and visible. The next write
+is started before that transaction runs, so the device and the index work at the same time.
 """
 
 from __future__ import annotations

@@ -170,6 +170,50 @@ async def test_reclaim_resets_dead_zones_and_evacuates_garbage_on_the_device(dev
     check_audit(audit, dev)
 
 
+async def test_reclaim_under_concurrent_puts_and_gets_loses_nothing(dev, audit, tmp_path):
+    log = await open_log(dev, tmp_path / "index.sqlite")
+    rec = 512 * KiB
+    n = 2 * (dev.report_zones()[-1].capacity // rec) + 4
+    done: dict[str, int] = {}
+    for i in range(n):
+        await log.put(f"old{i}", payload(f"old{i}", rec), stream="old")
+        done[f"old{i}"] = rec
+    for i in range(0, n, 2):  # half of each full zone becomes garbage
+        await log.delete(f"old{i}")
+        del done[f"old{i}"]
+    results = []
+    stop = asyncio.Event()
+
+    async def writer():
+        for i in range(24):
+            size = (i * 37_000) % 300_000 + 1
+            await log.put(f"new{i}", payload(f"new{i}", size), stream=f"n{i % 2}")
+            done[f"new{i}"] = size
+        stop.set()
+
+    async def reader():
+        rng = random.Random(3)
+        reads = 0
+        while not stop.is_set() or reads < 20:
+            rid = rng.choice(sorted(done))
+            assert await read_all(log, rid) == payload(rid, done[rid]), rid
+            reads += 1
+
+    async def reclaimer():
+        while not stop.is_set():
+            results.append(await log.reclaim(min_garbage=0.2))
+            await asyncio.sleep(0)
+
+    await asyncio.gather(writer(), reader(), reclaimer())
+    assert sum(r.zones_evacuated for r in results) >= 1, results
+    assert not any(r.failed_zones for r in results), results
+    for rid, size in done.items():
+        assert await read_all(log, rid) == payload(rid, size), rid
+    assert sorted(r.id for r in log.scan(limit=10_000)) == sorted(done)
+    await log.close()
+    check_audit(audit, dev)
+
+
 async def test_bytes_rewritten_on_the_device_are_detected(dev, tmp_path):
     """Bit rot on a zoned drive: rewrite a zone (reset + rewrite at the WP) with a flipped byte."""
     idx = tmp_path / "index.sqlite"

@@ -125,6 +125,13 @@ class ZbdZonedDevice(ZonedDevice):
         self._zones[index] = z
         return z
 
+    def _refresh_quietly(self, index: int) -> None:
+        """Re-read a zone after a failed device call; the caller reports the original error."""
+        try:
+            self._refresh_locked(index)
+        except OSError:
+            pass
+
     def _check_usable(self) -> None:
         if self._closed:
             raise ZoneStateError("device is closed")
@@ -171,7 +178,7 @@ class ZbdZonedDevice(ZonedDevice):
         try:
             pyzbd.zones_operation(self._fd, op, z.start, z.size)
         except OSError as e:
-            self._refresh_locked(index)
+            self._refresh_quietly(index)
             raise ZoneError(f"zone {index}: {op.name.lower()} failed: {e.strerror}",
                             e.errno or errno.EIO) from e
         return self._refresh_locked(index)
@@ -293,7 +300,7 @@ class ZbdZonedDevice(ZonedDevice):
         except OSError as e:
             with self._lock:
                 self._busy.discard(index)
-                self._refresh_locked(index)
+                self._refresh_quietly(index)
             raise ZoneError(
                 f"zone {index}: write of {length} bytes at {offset} failed after {done} bytes: "
                 f"{e.strerror}", e.errno or errno.EIO,
@@ -301,7 +308,7 @@ class ZbdZonedDevice(ZonedDevice):
         except BaseException:
             with self._lock:
                 self._busy.discard(index)
-                self._refresh_locked(index)
+                self._refresh_quietly(index)
             raise
         with self._lock:
             self._busy.discard(index)

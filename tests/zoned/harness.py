@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -278,7 +279,8 @@ def _boot(args: argparse.Namespace, kver: str, vmlinuz: Path, busybox: str, work
     out.mkdir()
     initrd = work / "initrd.cpio"
     build_initramfs(kver, busybox, initrd)
-    pytest_args = " ".join(args.pytest_args) if args.pytest_args else TEST_FILES + " -q"
+    # The default is left unquoted on purpose: the guest's shell expands the glob.
+    pytest_args = shlex.join(args.pytest_args) if args.pytest_args else TEST_FILES + " -q"
     guest = (GUEST.replace("@CHECKOUT@", str(REPO))
              .replace("@SETUP@", str(GUEST_SETUP_STATUS))
              .replace("@NULLB@", NULLB_PARAMS)

@@ -68,6 +68,14 @@ def b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
 
 
+def test_dev_prints_how_to_connect(cluster):
+    out = cluster.output()
+    assert f"endpoint:    {cluster.endpoint}" in out
+    if cluster.tls:
+        assert f"certificate: {cluster.cert}" in out
+        assert f"--ca-bundle {cluster.cert}" in out
+
+
 # ------------------------------------------------------------------------------- buckets
 
 def test_bucket_lifecycle(s3, bucket):

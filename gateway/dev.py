@@ -55,13 +55,18 @@ RESTARTS_PER_MINUTE = 5
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("dev", help="run a whole local cluster (nodes + gateway) in one command")
+    p = sub.add_parser(
+        "dev", help="run a whole local cluster (nodes + gateway) in one command",
+        description="Start a local ZoneGate cluster: node daemons with emulated zoned drives "
+                    "and the S3 gateway, all under --data; Ctrl-C stops it, and a restart finds "
+                    "the same data. ZONEGATE_ACCESS_KEY / ZONEGATE_SECRET_KEY, when set, are the "
+                    "root user's credentials.")
     p.add_argument("--data", default="data", help="data directory (default ./data)")
     p.add_argument("--port", type=int, default=9000, help="S3 port (default 9000)")
-    p.add_argument("--host", default="127.0.0.1", help="address the gateway binds")
+    p.add_argument("--host", default="127.0.0.1", help="address the gateway and the nodes bind (default 127.0.0.1)")
     p.add_argument("--nodes", type=int, default=None,
                    help="node daemons, on first start (default 12)")
-    p.add_argument("--workers", type=int, default=2, help="gateway worker processes")
+    p.add_argument("--workers", type=int, default=2, help="gateway worker processes (default 2)")
     p.add_argument("--tls", action="store_true",
                    help="serve HTTPS with a self-signed certificate made under --data")
     g = Geometry()

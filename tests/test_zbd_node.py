@@ -2,7 +2,8 @@
 
 One `python -m zonestore.node` process with the guest's NVMe ZNS namespace and null_blk device
 as its two drives (indexes in --index-dir): signed PUT/GET/ranged GET/HEAD/DELETE/list over
-real HTTP, then SIGKILL and restart, after which everything acknowledged is still served.
+real HTTP, then SIGKILL and restart, after which everything acknowledged is still served. Every
+write the node process sends to the devices is audited against the kernel's write pointer.
 Skipped without zoned devices.
 """
 
@@ -17,6 +18,7 @@ import crc32c
 import pytest
 
 from tests.nodeproc import NodeCluster, node_request
+from tests.zoned import procaudit
 from tests.zoned.support import SKIP_REASON, reset_all, zoned_device_paths
 
 pytestmark = [
@@ -34,11 +36,17 @@ def reset_devices() -> None:
             reset_all(d)
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
 @pytest.fixture
 def cluster(tmp_path):
     reset_devices()
     (tmp_path / "idx").mkdir()
-    c = NodeCluster(tmp_path, 1, drives_per_node=1, start_timeout=240,
+    # The node process logs each device write with the kernel's write pointer just before it.
+    audit_env = {"PYTHONPATH": f"{REPO / 'tests/zoned/wpaudit'}{os.pathsep}{REPO}",
+                 "ZONEGATE_WP_AUDIT": str(tmp_path / "wp-audit.log")}
+    c = NodeCluster(tmp_path, 1, drives_per_node=1, start_timeout=240, env=audit_env,
                     extra_args=["--index-dir", str(tmp_path / "idx"), "--reclaim-interval", "0"])
     c.nodes[0].drives = [Path(p) for p in zoned_device_paths()]
     with c:
@@ -91,3 +99,8 @@ async def test_node_on_zoned_block_devices_serves_puts_and_gets(cluster):
         assert status == 404
         status, _, body = await put(s, cluster, "after.f00", b"z" * 10_000)
         assert status == 201, body
+
+    writes = procaudit.read(cluster.root / "wp-audit.log")
+    assert len(writes) >= 5, "the audit saw no node writes"
+    assert [w for w in writes if w.zone_type != 1 and w.offset != w.device_wp] == []
+    assert [w for w in writes if w.zone_type == 1] == [], "the node wrote a conventional zone"

@@ -589,3 +589,42 @@ def test_concurrent_clients(cluster, s3, bucket):
     body = g["Body"].read()
     assert body in {make_bytes(5000, seed=w) for w in range(8)}
     assert g["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
+
+
+def _gateway_memory(cluster) -> dict[int, dict[str, int]]:
+    """VmRSS / VmHWM (MiB) of the gateway's processes: `serve` and its workers."""
+    out = {}
+    for pid in cluster.child_pids():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"node" in argv:
+                continue
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        out[pid] = {line.split(":")[0]: int(line.split()[1]) // 1024
+                    for line in status.splitlines() if line.startswith(("VmRSS", "VmHWM"))}
+    return out
+
+
+def test_one_300mb_put_and_get_stream_through_bounded_memory(cluster, s3, bucket, tmp_path):
+    """A single PUT (no multipart) and a GET of 300 MB: no gateway process may grow by more
+    than a third of that, i.e. bodies stream instead of being held."""
+    src = tmp_path / "single.bin"
+    md5 = make_file(src, 300_000_000, seed=77)
+    before = _gateway_memory(cluster)
+    assert before
+    for pid in before:  # reset the peak (VmHWM) to the current RSS
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    with open(src, "rb") as f:
+        assert s3.put_object(Bucket=bucket, Key="single", Body=f)["ETag"] == f'"{md5}"'
+    body = s3.get_object(Bucket=bucket, Key="single")["Body"]
+    got = hashlib.md5()
+    for chunk in iter(lambda: body.read(MiB), b""):
+        got.update(chunk)
+    assert got.hexdigest() == md5
+    after = _gateway_memory(cluster)
+    for pid, mem in after.items():
+        if pid in before:
+            growth = mem["VmHWM"] - before[pid]["VmRSS"]
+            assert growth < 100, (pid, before[pid], mem)

@@ -197,13 +197,22 @@ def recover(device: ZonedDevice, index: Index,
     wps = {z.index: z.start + ends[z.index] for z in zones}
     # A zone behind the index was reset by reclaim after its records moved out; anything else
     # (a zone that lost data the index still points at) means the index cannot be trusted.
+    behind: set[int] = set()
     for z in zones:
         iwp = index.indexed_wp.get(z.index, 0)
-        if ends[z.index] < iwp and index.live.get(z.index, 0) > 0:
-            stats.full_rebuild = True
-            stats.notes.append(f"zone {z.index} is behind the index: rebuilding it")
+        if ends[z.index] < iwp:
+            behind.add(z.index)
+            if index.live.get(z.index, 0) > 0:
+                stats.full_rebuild = True
+                stats.notes.append(f"zone {z.index} is behind the index: rebuilding it")
     if stats.full_rebuild:
         index.wipe()
+    else:
+        # Reset by reclaim after its records moved out (the crash came before the index
+        # heard of the reset): forget the zone and scan whatever it holds now from its start.
+        with index.txn():
+            for zi in behind:
+                index.clear_zone(zi)
     commits: list[tuple[Header, int, bytes]] = []
     tombs: list[tuple[Header, int]] = []
     chunks: dict[int, Header] = {}
@@ -249,9 +258,6 @@ def recover(device: ZonedDevice, index: Index,
         entries.append(Entry(h.id, TOMB, h.seq, h.gen, 0, 0, "", b"", (), (), off, h.record_size))
     entries.sort(key=lambda e: (e.seq, e.gen))
     with index.txn():
-        for z in zones:
-            if ends[z.index] < index.indexed_wp.get(z.index, 0):
-                index.clear_zone(z.index)
         for e in entries:
             stats.applied += index.apply(e)
         for z in zones:

@@ -99,6 +99,8 @@ class Index:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self._depth = 0
+        self._open = False  # a transaction is open (lazy mode keeps one open between units)
+        self.lazy = False
         self._meta_at = 0.0
         self._force_meta = False
         self._records = 0  # live records, counted at open and kept up to date
@@ -139,7 +141,10 @@ class Index:
 
     @contextmanager
     def txn(self) -> Iterator[None]:
-        """One SQLite transaction; in-memory zone state and counters are written at its end."""
+        """One unit of index changes; in-memory zone state and counters are written at its end.
+        With `lazy` set, units are savepoints inside a longer transaction that `commit()` ends
+        (the zone log commits a few ms later, off the puts' path): the index may then lag the
+        device after a crash, which recovery handles anyway."""
         if self._depth:
             self._depth += 1
             try:
@@ -147,18 +152,30 @@ class Index:
             finally:
                 self._depth -= 1
             return
-        self.db.execute("BEGIN")
+        if not self._open:
+            self.db.execute("BEGIN")
+            self._open = True
+        self.db.execute("SAVEPOINT unit")
         self._depth = 1
         try:
             yield
             self._write_state()
-            self.db.execute("COMMIT")
+            self.db.execute("RELEASE unit")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self.db.execute("ROLLBACK TO unit")
+            self.db.execute("RELEASE unit")
             self._reload_state()
             raise
         finally:
             self._depth = 0
+        if not self.lazy:
+            self.commit()
+
+    def commit(self) -> None:
+        """Make the changes so far durable in SQLite (WAL)."""
+        if self._open and not self._depth:
+            self.db.execute("COMMIT")
+            self._open = False
 
     def _write_state(self) -> None:
         if self._dirty:
@@ -204,8 +221,10 @@ class Index:
     def close(self, *, flush: bool = True) -> None:
         """Close; `flush=False` for a reader (fsck) that must not write to a live index."""
         try:
+            self.lazy = False
             if flush:
                 self.flush_meta()
+            self.commit()
         finally:
             self.db.close()
 

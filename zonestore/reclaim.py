@@ -49,6 +49,8 @@ async def reset_zone(log: ZoneLog, z: int, drops: list[Entry] | tuple = ()) -> N
     held = sum(e.commit_size for e in drops)
     if z not in log.full_zones or log.index.live.get(z, 0) - held > 0 or log.pinned.get(z):
         raise RuntimeError(f"zone {z} still holds live or pending records")
+    # The index must point at the new copies durably before the old ones go.
+    log.index.commit()
     # Readers holding old extents notice the epoch change and follow the record's new copy.
     log.zone_epoch[z] = log.zone_epoch.get(z, 0) + 1
     await asyncio.to_thread(log.device.reset_zone, z)
@@ -57,6 +59,9 @@ async def reset_zone(log: ZoneLog, z: int, drops: list[Entry] | tuple = ()) -> N
             if log.index.lookup(e.id) == e:
                 log.index.drop_tombstone(e)
         log.index.clear_zone(z)
+    # Durable before the zone takes new data: a committed index must never describe a zone's
+    # previous life while the zone holds a new one.
+    log.index.commit()
     log.zone_reset_done(z)
 
 

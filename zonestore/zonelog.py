@@ -106,7 +106,8 @@ class ZoneLog:
                  max_buffer: int = 16 * MiB, chunk_size: int = MAX_CHUNK, max_open: int = 16,
                  gc_reserve_zones: int = 1, background_reclaim: bool = True,
                  reclaim_interval: float = 5.0, reclaim_free_threshold: float = 0.2,
-                 reclaim_rate: int = 64 * MiB, reclaim_min_garbage: float = 0.25) -> None:
+                 reclaim_rate: int = 64 * MiB, reclaim_min_garbage: float = 0.25,
+                 index_commit_delay: float = 0.02) -> None:
         self.device = device
         self.index = index
         info = device.info
@@ -150,6 +151,11 @@ class ZoneLog:
         self._background = background_reclaim
         self._bg_task: asyncio.Task | None = None
         self._load_zones(zones)
+        # Index changes are visible at once (same connection) and committed to SQLite a few
+        # ms later in one go: the COMMIT stays off the puts' path.
+        self.index_commit_delay = index_commit_delay
+        self._commit_timer: asyncio.TimerHandle | None = None
+        index.lazy = index_commit_delay > 0
 
     # ------------------------------------------------------------------ open / close
 
@@ -245,6 +251,9 @@ class ZoneLog:
         async with self._reclaim_lock:
             for w in list(self._writers.values()):
                 await w.stop()
+        if self._commit_timer is not None:
+            self._commit_timer.cancel()
+            self._commit_timer = None
         for z, w in list(self._writers.items()):
             if w.error is None and self._written.get(z, 0) and z not in self._full:
                 try:
@@ -287,7 +296,15 @@ class ZoneLog:
         with self.index.txn():
             results = [self.index.apply(e) for e in entries]
             self.index.set_indexed_wp(zone, synced - zone * self.zone_size)
+        if self._commit_timer is None:
+            self._commit_timer = asyncio.get_running_loop().call_later(
+                self.index_commit_delay, self._commit_index)
         return results
+
+    def _commit_index(self) -> None:
+        self._commit_timer = None
+        if not self._closed:
+            self.index.commit()
 
     def finish_zone(self, zone: int, synced: int) -> None:
         if self.device.zone(zone).cond is not ZoneCondition.FULL:

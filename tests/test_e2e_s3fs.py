@@ -1,4 +1,5 @@
-"""s3fs (fsspec), as training data loaders use it, against a real `zonegate dev` cluster."""
+"""s3fs (fsspec), as training data loaders use it, against a real `zonegate dev` cluster,
+over HTTP and HTTPS (where aiobotocore sends aws-chunked bodies with trailers)."""
 
 from __future__ import annotations
 
@@ -15,16 +16,18 @@ pytestmark = pytest.mark.slow
 s3fs = pytest.importorskip("s3fs")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    yield from start_cluster(tmp_path_factory, "s3fs")
+@pytest.fixture(scope="module", params=["http", "https"])
+def cluster(request, tmp_path_factory):
+    yield from start_cluster(tmp_path_factory, f"s3fs-{request.param}",
+                             tls=request.param == "https")
 
 
 @pytest.fixture(scope="module")
 def fs(cluster):
     fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, use_listings_cache=False,
+                           skip_instance_cache=True,
                            client_kwargs={"endpoint_url": cluster.endpoint,
-                                          "region_name": REGION})
+                                          "region_name": REGION, "verify": cluster.verify})
     fs.mkdir("data")
     return fs
 

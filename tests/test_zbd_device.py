@@ -18,7 +18,13 @@ import sys
 
 import pytest
 
-from tests.zoned.support import WriteAudit, device_params, reset_all, sysfs_queue
+from tests.zoned.support import (
+    WriteAudit,
+    device_params,
+    reset_all,
+    sysfs_queue,
+    zoned_device_paths,
+)
 from zonestore import pyzbd
 from zonestore.device import (
     OutOfRangeError,
@@ -372,6 +378,13 @@ def test_a_plain_block_device_is_refused_in_one_line():
                          capture_output=True, text=True, timeout=120)
     assert res.returncode != 0
     assert res.stderr.strip() == f"zonegate: error: {plain}: not a zoned block device"
+    # A zoned device on a machine without libzbd: the install hint, in one line.
+    zoned_dev = zoned_device_paths()[0]
+    res = subprocess.run([sys.executable, "-m", "gateway.cli", "drive", "info", zoned_dev],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "ZONEGATE_LIBZBD": "libzbd-missing.so.2"})
+    assert res.returncode != 0
+    assert res.stderr.strip() == "zonegate: error: libzbd not found: apt-get install libzbd2"
 
 
 @zoned

@@ -19,12 +19,19 @@ import threading
 from dataclasses import dataclass
 from enum import IntEnum
 
-LIBRARY = "libzbd.so.2"
+# ZONEGATE_LIBZBD: a libzbd somewhere the loader does not look (also lets tests drop it).
+LIBRARY = os.environ.get("ZONEGATE_LIBZBD", "libzbd.so.2")
 INSTALL_HINT = "libzbd not found: apt-get install libzbd2"
 
 
-class ZbdUnavailable(ImportError):
-    """libzbd cannot be loaded on this machine."""
+class ZbdUnavailable(OSError):
+    """libzbd cannot be loaded on this machine (an OSError, so CLIs print it in one line)."""
+
+    def __init__(self, message: str = INSTALL_HINT) -> None:
+        super().__init__(errno.ENOENT, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class NotZonedError(OSError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import http.client
 import os
 import secrets
@@ -39,6 +40,7 @@ from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_driv
 from zonestore.nodeauth import sign_headers
 
 CONFIG_NAME = "zonegate.toml"
+LOCK_NAME = "zonegate-dev.lock"
 ROOT_USER = "root"
 DRIVES_PER_NODE = 2
 MiB = 1024 * 1024
@@ -228,7 +230,7 @@ class Child:
     starts: list[float] = field(default_factory=list)
     gave_up: bool = False
 
-    def spawn(self, env: dict[str, str]) -> None:
+    def spawn(self, env: dict[str, str], keep_fds: tuple[int, ...] = ()) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         parent = os.getpid()
         with open(self.log, "ab") as out:
@@ -238,6 +240,7 @@ class Child:
             self.proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 env=env, process_group=0, preexec_fn=lambda: _child_preexec(parent),
+                pass_fds=keep_fds,
             )
         self.starts.append(time.monotonic())
 
@@ -258,6 +261,17 @@ class Child:
         except OSError:
             return ""
         return "\n".join("    " + t for t in text[-lines:])
+
+
+def _launcher_alive(lock_fd: int) -> bool:
+    """Whether the launcher that wrote its pid into the lock file still runs (then waiting is
+    pointless; otherwise its children are on their way out)."""
+    try:
+        pid = int(os.pread(lock_fd, 32, 0).split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (ValueError, IndexError, OSError):
+        return False
+    return b"dev" in cmdline.split(b"\0")
 
 
 def _http_status(url: str, path: str, headers: dict[str, str], timeout: float = 2.0) -> int | None:
@@ -288,6 +302,7 @@ class Launcher:
         self.children: list[Child] = []
         self.gateway: Child | None = None
         self.cfg: dict[str, Any] = {}
+        self.keep_fds: tuple[int, ...] = ()
 
     def say(self, msg: str) -> None:
         print(f"zonegate dev: {msg}", flush=True)
@@ -296,9 +311,30 @@ class Launcher:
         self.stopping = signum
 
     # -- setup
+    def _lock_data(self) -> None:
+        """One cluster per data directory: two sets of nodes on the same drives would destroy
+        them. The children inherit the locked descriptor, so the lock lasts until the last of
+        them has exited, even when the launcher itself was killed."""
+        fd = os.open(self.data / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + 15  # a killed launcher's children may still be stopping
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if _launcher_alive(fd) or time.monotonic() > deadline:
+                    os.close(fd)
+                    raise OSError(f"{self.data} is in use by another `zonegate dev` (or processes "
+                                  "it started that are still stopping)") from None
+                time.sleep(0.25)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.keep_fds = (fd,)
+
     def prepare(self) -> None:
         a = self.args
         self.data.mkdir(parents=True, exist_ok=True)
+        self._lock_data()
         if self.config_path.exists():
             with open(self.config_path, "rb") as f:
                 self.cfg = tomllib.load(f)
@@ -421,20 +457,20 @@ class Launcher:
         self.say(f"{c.name}: port {port} was taken by another process, moving it to {new}")
         node["url"] = f"http://{host}:{new}"
         write_config(self.config_path, self.cfg)
-        c.spawn(self.env)
+        c.spawn(self.env, self.keep_fds)
         return True
 
     def start(self) -> bool:
         nodes = {n["id"]: n for n in self.cfg["nodes"]}
         for c in self.children:
-            c.spawn(self.env)
+            c.spawn(self.env, self.keep_fds)
         self.say(f"started {len(self.children)} node daemons, waiting for them")
         if not self._wait("nodes", self.children, lambda c: self._node_ready(nodes[c.name])):
             return False
         if self.args.recover_metadata and not self._recover_metadata():
             return False
         assert self.gateway is not None
-        self.gateway.spawn(self.env)
+        self.gateway.spawn(self.env, self.keep_fds)
         return self._wait("the gateway", [self.gateway],
                           lambda c: _http_status(self.endpoint, "/", {}) is not None)
 
@@ -486,7 +522,7 @@ class Launcher:
                         return
                     continue
                 self.say(f"{c.name} exited (code {code}); restarting it (log {c.log})")
-                c.spawn(self.env)
+                c.spawn(self.env, self.keep_fds)
 
     def _stop(self, group: list[Child]) -> None:
         live = [c for c in group if c.alive()]

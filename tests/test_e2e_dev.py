@@ -17,7 +17,7 @@ import pytest
 from erasure.config import ClusterConfig
 from gateway.dev import new_config, refresh_config
 from gateway.tls import ensure_self_signed
-from tests.devcluster import ACCESS_KEY, SECRET_KEY, DevCluster
+from tests.devcluster import ACCESS_KEY, SECRET_KEY, ClusterError, DevCluster
 
 
 def test_self_signed_certificate_is_made_once_and_verifies(tmp_path):
@@ -145,6 +145,12 @@ def test_dev_starts_restarts_and_stops_everything(tmp_path):
         cluster.start()
         assert cluster.config_path.read_bytes() == cfg_text
         s3 = cluster.client()
+        assert s3.get_object(Bucket="persist", Key="k")["Body"].read() == b"survives restarts"
+
+        # One cluster per data directory: a second launcher is refused, the first carries on.
+        second = DevCluster(cluster.data, nodes=12, zones=16, zone_size="16M")
+        with pytest.raises(ClusterError, match="in use by another"):
+            second.start(timeout=60)
         assert s3.get_object(Bucket="persist", Key="k")["Body"].read() == b"survives restarts"
 
         # Even SIGKILL of the launcher leaves no orphans (PR_SET_PDEATHSIG).

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from gateway.dev import _child_preexec
+
 ACCESS_KEY = "ZGTESTACCESSKEY00001"
 SECRET_KEY = "zgTestSecretKey/0123456789abcdefghijklmn"
 REGION = "us-east-1"
@@ -104,9 +106,12 @@ class DevCluster:
         argv += extra
         self.data.parent.mkdir(parents=True, exist_ok=True)
         offset = len(self.output())  # a restart appends to the same log
+        parent = os.getpid()
         with open(self.log, "ab") as out:
+            # Should pytest itself be killed, the launcher gets SIGTERM and stops its cluster.
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=self.env())
+                                         stdin=subprocess.DEVNULL, env=self.env(),
+                                         preexec_fn=lambda: _child_preexec(parent))
         deadline = time.monotonic() + timeout
         while True:
             text = self.output()[offset:]

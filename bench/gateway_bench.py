@@ -107,6 +107,14 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
     raise RuntimeError(f"nothing listening on {port} after {timeout:g}s")
 
 
+def spawn(argv: list[str], **kw) -> subprocess.Popen:
+    """Start a server that gets SIGTERM should the benchmark die (no servers left behind)."""
+    from gateway.dev import _child_preexec
+
+    parent = os.getpid()
+    return subprocess.Popen(argv, preexec_fn=lambda: _child_preexec(parent), **kw)
+
+
 def server_env() -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for k, v in (("MALLOC_TRIM_THRESHOLD_", "268435456"), ("MALLOC_TOP_PAD_", "67108864"),
@@ -153,7 +161,7 @@ class Gateway(Target):
         self.workdir = work / "gateway-data"
         log = open(work / "gateway-dev.log", "ab")  # noqa: SIM115 - lives as long as the process
         env = {**server_env(), "ZONEGATE_ACCESS_KEY": ACCESS_KEY, "ZONEGATE_SECRET_KEY": SECRET_KEY}
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             [sys.executable, "-m", "gateway.cli", "dev", "--data", str(self.workdir), "--port",
              str(self.port), "--nodes", "12", "--zones", "96", "--zone-size", "64M"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
@@ -190,7 +198,7 @@ class Gateway(Target):
 class NullServer(Target):
     def start(self, work: Path) -> None:
         self.port = free_port()
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.nullserver", "--port",
+        self.proc = spawn([sys.executable, "-m", "bench.nullserver", "--port",
                                       str(self.port)], env=server_env(), stdin=subprocess.DEVNULL)
         wait_port(self.port, self.proc)
 
@@ -201,7 +209,7 @@ class Moto(Target):
         if not exe.exists():
             raise RuntimeError("moto_server not installed (pip install -e '.[bench]')")
         self.port = free_port()
-        self.proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(self.port)],
+        self.proc = spawn([str(exe), "-H", "127.0.0.1", "-p", str(self.port)],
                                      env=server_env(), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(self.port, self.proc)
@@ -222,7 +230,7 @@ class S3rver(Target):
         self.access_key = self.secret_key = "S3RVER"
         self.port = free_port()
         self.workdir = work / "s3rver-data"
-        self.proc = subprocess.Popen(["node", str(script), "-d", str(self.workdir), "-a",
+        self.proc = spawn(["node", str(script), "-d", str(self.workdir), "-a",
                                       "127.0.0.1", "-p", str(self.port), "--silent"],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         wait_port(self.port, self.proc)

@@ -203,6 +203,23 @@ class ZonedDevice(ABC):
         if not 0 <= index < self.info.nr_zones:
             raise OutOfRangeError(f"zone {index} outside device of {self.info.nr_zones} zones")
 
+    def _check_open_limits(
+        self, index: int, cond: ZoneCondition, opened: int, active: int
+    ) -> None:
+        """Refuse opening zone `index` (now in `cond`) when `opened` open and `active` active
+        zones already fill the device's limits. Only EMPTY and CLOSED zones need a new slot."""
+        if cond not in (ZoneCondition.EMPTY, ZoneCondition.CLOSED):
+            return
+        max_open, max_active = self.info.max_open_zones, self.info.max_active_zones
+        if max_open and opened >= max_open:
+            raise ZoneResourceError(
+                f"opening zone {index} would exceed max open zones ({max_open} already open)"
+            )
+        if cond is ZoneCondition.EMPTY and max_active and active >= max_active:
+            raise ZoneResourceError(
+                f"opening zone {index} would exceed max active zones ({max_active} already active)"
+            )
+
     def _check_write_alignment(self, offset: int, length: int) -> None:
         pbs = self.info.physical_block_size
         if offset % pbs or length % pbs:

@@ -30,7 +30,6 @@ from zonestore.device import (
     ZoneCondition,
     ZonedDevice,
     ZoneError,
-    ZoneResourceError,
     ZoneStateError,
     ZoneType,
 )
@@ -205,16 +204,7 @@ class EmulatedZonedDevice(ZonedDevice):
             return
         if cond not in (ZoneCondition.EMPTY, ZoneCondition.CLOSED):
             raise ZoneStateError(f"zone {i} is {cond.name} and cannot be opened")
-        opened, active = self._counts()
-        max_open, max_active = self.geometry.max_open_zones, self.geometry.max_active_zones
-        if max_open and opened >= max_open:
-            raise ZoneResourceError(
-                f"opening zone {i} would exceed max open zones ({max_open} already open)"
-            )
-        if cond is ZoneCondition.EMPTY and max_active and active >= max_active:
-            raise ZoneResourceError(
-                f"opening zone {i} would exceed max active zones ({max_active} already active)"
-            )
+        self._check_open_limits(i, cond, *self._counts())
         self._cond[i] = target
 
     def _seq_zone(self, index: int, op: str) -> None:

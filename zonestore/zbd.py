@@ -37,7 +37,6 @@ from zonestore.device import (
     ZoneCondition,
     ZonedDevice,
     ZoneError,
-    ZoneResourceError,
     ZoneStateError,
     ZoneType,
 )
@@ -147,19 +146,7 @@ class ZbdZonedDevice(ZonedDevice):
 
     def _check_open_allowed(self, index: int) -> None:
         """Refuse what would take the device over its open or active limit."""
-        cond = self._zones[index].cond
-        if cond not in (ZoneCondition.EMPTY, ZoneCondition.CLOSED):
-            return
-        opened, active = self._counts()
-        max_open, max_active = self.info.max_open_zones, self.info.max_active_zones
-        if max_open and opened >= max_open:
-            raise ZoneResourceError(
-                f"opening zone {index} would exceed max open zones ({max_open} already open)"
-            )
-        if cond is ZoneCondition.EMPTY and max_active and active >= max_active:
-            raise ZoneResourceError(
-                f"opening zone {index} would exceed max active zones ({max_active} already active)"
-            )
+        self._check_open_limits(index, self._zones[index].cond, *self._counts())
 
     def _seq_zone(self, index: int, op: str) -> Zone:
         self._check_usable()

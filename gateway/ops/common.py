@@ -13,6 +13,7 @@ from xml.sax.saxutils import escape
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway import checksums
 from gateway.auth import RequestBody
 from gateway.errors import S3Error
 from gateway.storage import coalesce
@@ -186,6 +187,15 @@ def int_arg(req: S3Request, name: str, default: int, *, lo: int = 0,
     if hi is not None:
         v = min(v, hi)
     return v
+
+
+def requested_checksum_algorithm(name: str) -> str:
+    """The algorithm a client asks for on CreateMultipartUpload / CopyObject, normalised; S3
+    answers an unknown one with this InvalidRequest message on those operations."""
+    try:
+        return checksums.normalize_algorithm(name)
+    except (ValueError, KeyError, S3Error):
+        raise S3Error("InvalidRequest", "Checksum algorithm provided is unsupported.") from None
 
 
 def require_bucket(req: S3Request) -> Any:

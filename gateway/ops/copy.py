@@ -23,6 +23,7 @@ from gateway.ops.common import (
     iso8601,
     now,
     quote_etag,
+    requested_checksum_algorithm,
     stored_headers,
     user_metadata,
     xml_response,
@@ -108,11 +109,7 @@ async def copy_object(req: S3Request) -> Response:
     else:
         headers, meta = dict(src.headers), dict(src.user_meta)
     if algo:
-        try:
-            algo = checksums.normalize_algorithm(algo)
-        except (ValueError, KeyError, S3Error):
-            raise S3Error("InvalidRequest", "Checksum algorithm provided is unsupported.") \
-                from None
+        algo = requested_checksum_algorithm(algo)
     else:
         algo = src.checksum.get("algorithm", "") if src.checksum.get("type") != "COMPOSITE" else ""
     if_absent, if_version = put_conditions(req)

@@ -39,6 +39,7 @@ from gateway.ops.common import (
     quote_etag,
     read_small_body,
     request_body,
+    requested_checksum_algorithm,
     require_bucket,
     stored_headers,
     strip_etag,
@@ -84,11 +85,7 @@ async def create_upload(req: S3Request) -> Response:
     algo = req.headers.get("x-amz-checksum-algorithm", "").strip()
     ctype = req.headers.get("x-amz-checksum-type", "").strip().upper()
     if algo:
-        try:
-            algo = checksums.normalize_algorithm(algo)
-        except (ValueError, KeyError, S3Error):
-            raise S3Error("InvalidRequest", "Checksum algorithm provided is unsupported.") \
-                from None
+        algo = requested_checksum_algorithm(algo)
         ctype = ctype or ("FULL_OBJECT" if algo == "CRC64NVME" else "COMPOSITE")
         if ctype not in ("COMPOSITE", "FULL_OBJECT"):
             raise S3Error("InvalidRequest", "Value for x-amz-checksum-type header is invalid.")

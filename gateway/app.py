@@ -305,4 +305,6 @@ def create_app(config_path_or_config: Any) -> Starlette:
     methods = ["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS", "PATCH"]
     app = Starlette(routes=[Route("/{path:path}", endpoint, methods=methods)], lifespan=lifespan)
     app.state.gateway = gw
+    from gateway.health import install as install_operations
+    install_operations(app)  # /health/*, /metrics, request and node-call metrics
     return app

@@ -61,6 +61,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config_path = os.path.abspath(args.config)
     host, port = _listen(config_path, args.listen)
     # Validate the config and the metadata store here, so a bad file fails in one line.
+    from gateway.metrics import prepare_multiprocess
+    prepare_multiprocess()  # before the workers start: /metrics then merges all of them
     from gateway.app import Gateway  # noqa: F401 - import errors surface before forking
     os.environ[CONFIG_ENV] = config_path
     import uvicorn

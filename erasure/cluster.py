@@ -18,7 +18,7 @@ from typing import Any
 from erasure import reader, writer
 from erasure.codec import Codec, Scheme
 from erasure.config import ClusterConfig
-from erasure.errors import ErasureError
+from erasure.errors import ErasureError, QuorumError
 from erasure.layout import PartLayout, PartResult, parse_archive_id, parse_archive_meta
 from erasure.nodeclient import NodeClient, NodeError, make_session
 from erasure.placement import Placement
@@ -59,6 +59,8 @@ class ErasureCluster:
         self.repair_queue = RepairQueue(state_dir or config.erasure.state_dir)
         self.health_interval = health_interval
         self.stats: Counter[str] = Counter()
+        # aiohttp TraceConfigs for the node session (the gateway's node-call metrics)
+        self.trace_configs: list[Any] = []
         self.clients: dict[str, NodeClient] = {}
         self.unreachable: list[str] = []  # nodes the last scan could not list
         self._session = None
@@ -69,7 +71,7 @@ class ErasureCluster:
         self._retries: set[asyncio.Task] = set()
 
     async def start(self) -> None:
-        self._session = make_session()
+        self._session = make_session(trace_configs=self.trace_configs or None)
         self.clients = {n.id: NodeClient(n, self.config.secret, self._session, self.node_timeout)
                         for n in self.config.nodes}
         await self.check_health()
@@ -188,8 +190,12 @@ class ErasureCluster:
                          ) -> PartLayout:
         """Stream `length` bytes into k+m fragment archives. Raises QuorumError (nothing left
         behind) or ValueError (body length differs from `length`; nothing left behind)."""
-        return await writer.write_part(self, part_uid, body, length=length, stream=stream,
-                                       meta=meta)
+        try:
+            return await writer.write_part(self, part_uid, body, length=length,
+                                           stream=stream, meta=meta)
+        except QuorumError:
+            self.stats["quorum_failures"] += 1
+            raise
 
     def read_part(self, layout: PartLayout, offset: int = 0, length: int | None = None
                   ) -> AsyncIterator[bytes]:

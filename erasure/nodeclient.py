@@ -56,10 +56,13 @@ class RecordHead:
     crc32c: int | None
 
 
-def make_session(limit_per_host: int = 64) -> aiohttp.ClientSession:
+def make_session(limit_per_host: int = 64,
+                 trace_configs: list[aiohttp.TraceConfig] | None = None
+                 ) -> aiohttp.ClientSession:
     conn = aiohttp.TCPConnector(limit=0, limit_per_host=limit_per_host,
                                 keepalive_timeout=KEEPALIVE_TIMEOUT)
-    return aiohttp.ClientSession(connector=conn, auto_decompress=False)
+    return aiohttp.ClientSession(connector=conn, auto_decompress=False,
+                                 trace_configs=trace_configs)
 
 
 class NodeClient:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
@@ -156,7 +157,10 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
                         got[s.index] = r
                 if len(got) < k:
                     continue
+                started = time.perf_counter()
                 data = _decode(codec, got, sources)
+                cluster.stats["decode_seconds"] += time.perf_counter() - started
+                cluster.stats["decode_bytes"] += len(data or b"")
                 if data is not None:
                     break
                 # a fragment with a bad header: find it, drop it, and read a replacement

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -118,7 +119,10 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
             if total > length:
                 raise ValueError(f"part body is longer than its announced {length} bytes")
             crc = crc32c.crc32c(seg, crc)
+            started = time.perf_counter()
             frags = codec.encode(seg)
+            cluster.stats["encode_seconds"] += time.perf_counter() - started
+            cluster.stats["encode_bytes"] += len(seg)
             await asyncio.gather(*(s.feed(frags[i], timeout) for i, s in sinks.items()))
             check_quorum()
         if total != length:

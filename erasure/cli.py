@@ -20,6 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     node.add_argument("--id", required=True, help="this node's id in the config")
     node.add_argument("--create-drives", action="store_true",
                       help="create missing drives as emulated zoned drives")
+    node.add_argument("--open-metrics", choices=("loopback", "any", "signed"),
+                      default="loopback", help="who may read /metrics and /health/ready "
+                      "unsigned: loopback (default), any (Prometheus on another host), signed")
+    node.add_argument("--index-dir", default=None,
+                      help="where the zone-log indexes of block-device drives live")
     node.add_argument("--port-file", default=None, help="write the bound port here when listening")
     node.add_argument("--log-level", default="INFO")
     node.set_defaults(func=cmd_node)
@@ -49,7 +54,8 @@ def cmd_node(args: argparse.Namespace) -> int:
                         format=f"%(asctime)s {spec.id} %(levelname)s %(name)s: %(message)s")
     try:
         run_node(spec.id, list(spec.drives), spec.host, spec.port, cfg.secret,
-                 create_drives=args.create_drives,
+                 create_drives=args.create_drives, open_metrics=args.open_metrics,
+                 index_dir=Path(args.index_dir) if args.index_dir else None,
                  port_file=Path(args.port_file) if args.port_file else None)
     except DriveError as e:
         raise ValueError(str(e)) from None

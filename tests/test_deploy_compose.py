@@ -115,8 +115,6 @@ def test_compose_file_is_valid_and_has_the_whole_topology(compose):
     assert set(drive_volumes) <= set(compose["volumes"])
 
 
-@pytest.mark.xfail(strict=False, reason="`zonegate node` has no --open-metrics yet "
-                   "(erasure/cli.py; Prometheus must scrape nodes from another container)")
 def test_every_service_runs_a_real_zonegate_subcommand_with_an_accepted_config(compose):
     parser = build_parser()
     seen_subcommands = set()

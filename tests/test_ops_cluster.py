@@ -18,11 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from erasure.codec import Codec, Scheme
 from tests.gwcluster import Gateway, signed_request
 
-pytestmark = [
-    pytest.mark.timeout(600),
-    pytest.mark.xfail(strict=False, reason="the app, serve and erasure hooks of gateway/health.py "
-                      "and gateway/metrics.py are not wired in yet"),
-]
+pytestmark = pytest.mark.timeout(600)
 
 K, M = 4, 2
 SEGMENT = 256 * 1024

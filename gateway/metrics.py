@@ -451,4 +451,8 @@ def instrument_cluster(cluster: Any, metrics: GatewayMetrics | None = None) -> N
         cluster.trace_configs.append(node_call_tracing(nodes, m))
     queue = getattr(cluster, "repair_queue", None)
     if queue is not None:
+        # made now, not at the first queued part: its existence tells `zonegate status` that
+        # this machine holds the queue, so an empty one reads as 0 and not as unknown
+        with contextlib.suppress(OSError):
+            Path(queue.dir).mkdir(parents=True, exist_ok=True)
         m.watch_repair_queue(Path(queue.dir).parent)

@@ -94,6 +94,20 @@ def wait_until(pred, timeout: float = 30.0) -> bool:
     return bool(pred())
 
 
+def settled(url: str, pred, timeout: float = 15.0) -> tuple[int, dict]:
+    """Wait until 4 answers in a row (both workers, whose node states are at most
+    health.FRESH_FOR old) satisfy pred(status, doc); returns the last answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answers = []
+        for _ in range(4):
+            status, body = get(url)
+            answers.append((status, json.loads(body)))
+        if all(pred(st, doc) for st, doc in answers) or time.monotonic() > deadline:
+            return answers[-1]
+        time.sleep(0.2)
+
+
 def test_health_endpoints_and_s3_paths_do_not_collide(cluster):
     g = cluster
     assert get(g.endpoint + "/health/live")[0] == 200
@@ -207,8 +221,8 @@ def test_a_killed_node_shows_as_degraded_reads(cluster):
         down_calls = after.total("zonegate_gateway_node_requests_total",
                                  node=g.nodes.ids[victim], outcome="unavailable")
         assert down_calls >= 1
-        status, body_ = get(g.endpoint + "/health/cluster")
-        doc = json.loads(body_)
+        status, doc = settled(g.endpoint + "/health/cluster",
+                              lambda st, d: d["nodes_down"] == [g.nodes.ids[victim]])
         assert status == 200 and doc["nodes_down"] == [g.nodes.ids[victim]]
         assert get(g.endpoint + "/health/ready")[0] == 200  # 5 up: the write quorum holds
     finally:
@@ -221,14 +235,11 @@ def test_readiness_flips_when_the_write_quorum_is_lost_and_back(cluster):
     g.nodes.kill(1)
     g.nodes.kill(2)
     try:
-        # node states are at most health.FRESH_FOR old; then every worker answers alike
-        assert wait_until(lambda: get(g.endpoint + "/health/ready")[0] == 503, 10)
-        for _ in range(4):
-            status, body = get(g.endpoint + "/health/ready")
-            assert status == 503
-            doc = json.loads(body)
-            assert any("write quorum" in r for r in doc["reasons"]), doc
-            assert doc["nodes_down"] == [g.nodes.ids[1], g.nodes.ids[2]]
+        down = [g.nodes.ids[1], g.nodes.ids[2]]
+        status, doc = settled(g.endpoint + "/health/ready",
+                              lambda st, d: st == 503 and d["nodes_down"] == down)
+        assert status == 503 and doc["nodes_down"] == down
+        assert any("write quorum" in r for r in doc["reasons"]), doc
         status, body = get(g.endpoint + "/health/cluster")
         doc = json.loads(body)
         assert status == 503 and not doc["write_quorum"] and doc["read_quorum"]
@@ -241,7 +252,7 @@ def test_readiness_flips_when_the_write_quorum_is_lost_and_back(cluster):
     finally:
         g.nodes.restart(1)
         g.nodes.restart(2)
-    assert wait_until(lambda: all(get(g.endpoint + "/health/ready")[0] == 200
-                                  for _ in range(4)))
+    status, doc = settled(g.endpoint + "/health/ready", lambda st, d: st == 200)
+    assert status == 200 and doc["nodes_down"] == []
     status, body = get(g.endpoint + "/health/cluster")
     assert status == 200 and json.loads(body)["nodes_down"] == []

@@ -200,6 +200,15 @@ def test_metrics_agree_with_a_known_workload(cluster):
     assert user <= device <= user + (K + M) * len(SIZES) * 3 * 4096
 
 
+def test_the_running_gateway_exports_every_gateway_metric_of_the_dashboard(cluster):
+    from tests.test_deploy_dashboard import dashboard_exprs, exported_names, queried_metrics
+    wanted = {w for e in dashboard_exprs() for w in queried_metrics(e)
+              if w.startswith("zonegate_gateway_")}
+    status, body = get(cluster.endpoint + "/metrics")
+    missing = sorted(wanted - exported_names(body.decode()))
+    assert not missing, f"the dashboard queries what the gateway does not export: {missing}"
+
+
 def test_a_killed_node_shows_as_degraded_reads(cluster):
     g = cluster
     s3 = g.client()

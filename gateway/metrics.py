@@ -94,6 +94,8 @@ _STATS_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "quorum_failures": ("quorum_failures", ()),
     "parts_written": ("parts_written", ()),
     "fragment_errors": ("fragment_errors", ()),
+    "healed_parts": ("healed_parts", ()),
+    "heal_failures": ("heal_failures", ()),
     "encode_seconds": ("coding_seconds", ("encode",)),
     "decode_seconds": ("coding_seconds", ("decode",)),
     "encode_bytes": ("coding_bytes", ("encode",)),
@@ -165,6 +167,12 @@ class GatewayMetrics:
         self.parts_written = Counter(f"{PREFIX}_parts_written", "Parts written.", registry=r)
         self.fragment_errors = Counter(f"{PREFIX}_fragment_errors",
                                        "Fragment reads that failed or were corrupt.", registry=r)
+        self.healed_parts = Counter(f"{PREFIX}_healed_parts",
+                                    "Parts whose missing fragments the gateway rebuilt itself.",
+                                    registry=r)
+        self.heal_failures = Counter(f"{PREFIX}_heal_failures",
+                                     "Background rebuilds that failed (retried, then left to "
+                                     "`zonegate repair`).", registry=r)
         self.coding_seconds = Counter(f"{PREFIX}_erasure_seconds",
                                       "Seconds spent erasure encoding or decoding.",
                                       ["operation"], registry=r)

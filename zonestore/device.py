@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import errno
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Self
@@ -178,6 +178,11 @@ class ZonedDevice(ABC):
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Write whole physical blocks at `offset`, which must be the zone's write pointer
         for a sequential zone. The write may not cross the zone's capacity."""
+
+    def writev(self, offset: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        """Write the concatenation of `parts` as one write (same rules as `write`). Backends
+        that can gather without a copy override this."""
+        self.write(offset, parts[0] if len(parts) == 1 else b"".join(parts))
 
     @abstractmethod
     def read(self, offset: int, length: int) -> bytes:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -98,6 +98,28 @@ def create_emulated_drive(path: str | Path, geometry: Geometry | None = None) ->
 
 def is_emulated_drive(path: str | Path) -> bool:
     return (Path(path) / GEOMETRY_FILE).is_file()
+
+
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+
+def _pwritev_all(fd: int, views: list[memoryview], offset: int) -> None:
+    """Gather-write every view at `offset`, retrying short writes (no joining copy)."""
+    views = [v for v in views if v.nbytes]
+    while views:
+        batch = views[:_IOV_MAX]
+        n = os.pwritev(fd, batch, offset)
+        if n <= 0:
+            raise ZoneError("short write")
+        offset += n
+        # Drop what was written; keep the unwritten tail of a partly written view.
+        while n and views:
+            if n >= views[0].nbytes:
+                n -= views[0].nbytes
+                views.pop(0)
+            else:
+                views[0] = views[0][n:]
+                n = 0
 
 
 def _fsync_dir(path: Path) -> None:
@@ -274,8 +296,11 @@ class EmulatedZonedDevice(ZonedDevice):
             self._dirty.discard(index)
 
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
-        view = memoryview(data).cast("B")
-        length = view.nbytes
+        self.writev(offset, [data])
+
+    def writev(self, offset: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        views = [memoryview(p).cast("B") for p in parts]
+        length = sum(v.nbytes for v in views)
         g = self.geometry
         with self._lock:
             self._check_usable()
@@ -308,13 +333,8 @@ class EmulatedZonedDevice(ZonedDevice):
                 self._open_locked(index, explicit=False)
             self._busy.add(index)
         try:
-            done = 0
             fd = self._fds[index]
-            while done < length:
-                n = os.pwrite(fd, view[done:], rel + done)
-                if n <= 0:
-                    raise ZoneError(f"short write to zone {index}")
-                done += n
+            _pwritev_all(fd, views, rel)
         except BaseException:
             with self._lock:
                 self._busy.discard(index)

@@ -16,6 +16,7 @@ Conventional zones are not used: the index lives in SQLite beside the drive.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,12 @@ from typing import Any
 
 from zonestore.device import ZoneCondition, ZonedDevice, count_conditions
 from zonestore.errors import CorruptRecord, InvalidRange, NoSpace, RecordNotFound
+from zonestore.histogram import (
+    FLUSH_BYTES_BUCKETS,
+    FLUSH_SECONDS_BUCKETS,
+    FixedHistogram,
+    HistogramSnapshot,
+)
 from zonestore.ids import validate_record_id
 from zonestore.index import REC, TOMB, Entry, Index
 from zonestore.record import (
@@ -72,6 +79,8 @@ class LogStats:
     write_amplification: float = 0.0
     flushes: int = 0
     flush_bytes: int = 0
+    flush_seconds: HistogramSnapshot | None = None  # latency of write + sync, per durable flush
+    flush_sizes: HistogramSnapshot | None = None  # bytes per device write
     records: int = 0
     crc_failures: int = 0
     read_errors: int = 0
@@ -110,6 +119,8 @@ class ZoneLog:
                  index_commit_delay: float = 0.02) -> None:
         self.device = device
         self.index = index
+        self.flush_seconds = FixedHistogram(FLUSH_SECONDS_BUCKETS)
+        self.flush_sizes = FixedHistogram(FLUSH_BYTES_BUCKETS)
         info = device.info
         self.zone_size = info.zone_size
         self.block_size = info.physical_block_size
@@ -276,21 +287,28 @@ class ZoneLog:
 
     # ------------------------------------------------------------------ hooks for writers
 
-    def device_write(self, zone: int, off: int, parts: list | None, sync: bool) -> None:
-        """Runs in a worker thread: join the pieces (without the GIL), write, sync."""
+    def device_write(self, zone: int, off: int, parts: list | None, sync: bool) -> float:
+        """Runs in a worker thread: write the pieces (gathered, no joining copy where the
+        device can), sync. Returns the seconds the write and sync took when it synced (the
+        flush latency), else 0."""
+        t0 = time.perf_counter()
         if parts:
-            data = parts[0] if len(parts) == 1 else b"".join(parts)
-            self.device.write(off, data)
+            self.device.writev(off, parts)
         if sync:
             self.device.sync([zone])
+            return time.perf_counter() - t0
+        return 0.0
 
-    def note_write(self, zone: int, new_start: int, nbytes: int) -> None:
+    def note_write(self, zone: int, new_start: int, nbytes: int, seconds: float = 0.0) -> None:
         self._written[zone] = new_start - zone * self.zone_size
         if nbytes:
             c = self.index.counters
             c["device_bytes_written"] += nbytes
             c["flushes"] += 1
             c["flush_bytes"] += nbytes
+            self.flush_sizes.observe(nbytes)
+        if seconds:
+            self.flush_seconds.observe(seconds)
 
     def index_flush(self, zone: int, synced: int, entries: list[Entry]) -> list[bool]:
         with self.index.txn():
@@ -819,6 +837,8 @@ class ZoneLog:
             write_amplification=(c["device_bytes_written"] / user) if user else 0.0,
             flushes=c["flushes"],
             flush_bytes=c["flush_bytes"],
+            flush_seconds=self.flush_seconds.snapshot(),
+            flush_sizes=self.flush_sizes.snapshot(),
             records=self.index.record_count(),
             crc_failures=c["crc_failures"],
             read_errors=c["read_errors"],

@@ -54,7 +54,16 @@ async def test_metrics_parse_and_reflect_the_workload(tmp_path):
     assert total(found, "zonegate_node_drive_live_bytes") >= sum(sizes)  # with record headers
     device = total(found, "zonegate_node_drive_device_written_bytes_total")
     assert device >= sum(sizes)  # headers and padding on top of the payload
-    assert total(found, "zonegate_node_drive_flushes_total") >= 1
+    flushes = total(found, "zonegate_node_drive_flushes_total")
+    assert flushes >= 1
+    # Every device write lands in the flush-size histogram; each put waited for a durable
+    # flush, so the latency histogram has at least one observation (group commit may share).
+    assert total(found, "zonegate_node_drive_flush_size_bytes_count") == flushes
+    assert total(found, "zonegate_node_drive_flush_size_bytes_sum") == device
+    assert 1 <= total(found, "zonegate_node_drive_flush_seconds_count") <= flushes
+    assert total(found, "zonegate_node_drive_flush_seconds_sum") > 0
+    assert total(found, "zonegate_node_drive_flush_seconds_bucket", le="+Inf") == \
+        total(found, "zonegate_node_drive_flush_seconds_count")
     assert total(found, "zonegate_node_drive_capacity_free_bytes") > 0
     assert total(found, "zonegate_node_drive_capacity_used_bytes") >= device
     assert {s.labels["drive"] for s in found["zonegate_node_drive_capacity_free_bytes"]} == \

@@ -170,11 +170,11 @@ class ZoneWriter:
                         continue
                 task, new_start, nbytes, sync = io
                 try:
-                    await task
+                    seconds = await task
                 except BaseException:
                     io = None
                     raise
-                log.note_write(self.zone, new_start, nbytes)
+                log.note_write(self.zone, new_start, nbytes, seconds)
                 if sync:
                     self.synced = new_start
                 # Start the next write before indexing this one: the device works while the

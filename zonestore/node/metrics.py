@@ -14,7 +14,12 @@ from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import generate_latest
 
 PREFIX = "zonegate_node"
@@ -59,8 +64,22 @@ class DriveStatsCollector:
             families[attr] = cls(f"{PREFIX}_{name}", doc, labels=["drive"])
         zones = GaugeMetricFamily(f"{PREFIX}_drive_zones", "Zones by condition.",
                                   labels=["drive", "condition"])
+        histograms = {
+            "flush_seconds": HistogramMetricFamily(
+                f"{PREFIX}_drive_flush_seconds",
+                "Latency of durable flushes (device write + fdatasync).", labels=["drive"]),
+            "flush_sizes": HistogramMetricFamily(
+                f"{PREFIX}_drive_flush_size_bytes", "Bytes per device write.", labels=["drive"]),
+        }
         for i, log in enumerate(logs):
             stats = log.stats()
+            for attr, family in histograms.items():
+                snap = getattr(stats, attr, None)
+                if snap is not None:
+                    family.add_metric(
+                        [str(i)],
+                        [("+Inf" if b == float("inf") else repr(b), n) for b, n in snap.buckets],
+                        sum_value=snap.sum)
             for attr, _name, _doc, _counter in _DRIVE_FIELDS:
                 value = getattr(stats, attr, None)
                 if value is not None:
@@ -69,6 +88,7 @@ class DriveStatsCollector:
                 zones.add_metric([str(i), str(cond).lower()], float(n))
         yield from families.values()
         yield zones
+        yield from histograms.values()
 
 
 class NodeMetrics:

@@ -471,8 +471,13 @@ class Launcher:
             return False
         assert self.gateway is not None
         self.gateway.spawn(self.env, self.keep_fds)
-        return self._wait("the gateway", [self.gateway],
-                          lambda c: _http_status(self.endpoint, "/", {}) is not None)
+        return self._wait("the gateway", [self.gateway], lambda c: self._gateway_ready())
+
+    def _gateway_ready(self) -> bool:
+        # 200 once the metadata store answers and a write quorum of nodes is reachable; 503
+        # until then. (Any other answer: a gateway without operator endpoints, but serving.)
+        status = _http_status(self.endpoint, "/health/ready", {})
+        return status is not None and status < 500
 
     def banner(self) -> None:
         root = next(u for u in self.cfg["users"] if u.get("name") == ROOT_USER)

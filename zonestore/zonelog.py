@@ -556,6 +556,7 @@ class ZoneLog:
 
         emitted = 0
         pending = bytearray()
+        held: memoryview | None = None
         if isinstance(body, bytes | bytearray | memoryview):
             mv = memoryview(body).cast("B")
             total = len(mv)
@@ -569,21 +570,32 @@ class ZoneLog:
             else:
                 pending = bytearray(mv)
         else:
+            # A short piece of immutable bytes is held as it is: if the body ends there (the
+            # last chunk of a streamed body) it is buffered without a copy.
             async for piece in body:
                 pv = memoryview(piece).cast("B")
                 total += len(pv)
                 if length is not None and total > length:
                     raise ValueError(f"body is longer than length {length}")
+                if held is not None:
+                    pending += held
+                    held = None
                 if not pending and len(pv) >= chunk:
                     end = len(pv) - len(pv) % chunk
                     for p in range(0, end, chunk):
                         await emit(pv[p:p + chunk])
-                    pending += pv[end:]
+                    pv = pv[end:]
+                if not pending and isinstance(pv.obj, bytes):
+                    if len(pv):
+                        held = pv
                     continue
                 pending += pv
-                if len(pending) >= chunk:
-                    buf, pending = pending, bytearray(pending[chunk:])
-                    await emit(memoryview(buf)[:chunk])
+                while len(pending) >= chunk:
+                    # One copy into immutable bytes, which the writer buffers as they are;
+                    # deleting a bytearray's head is O(1).
+                    data = bytes(memoryview(pending)[:chunk])
+                    del pending[:chunk]
+                    await emit(memoryview(data))
             if length is not None and total != length:
                 raise ValueError(f"body is {total} bytes, length says {length}")
         blob = meta() if callable(meta) else meta
@@ -594,6 +606,11 @@ class ZoneLog:
             raise ValueError(f"metadata blob of {len(blob)} bytes exceeds {MAX_META}")
 
         inline = None
+        if held is not None:  # pending is empty
+            if not extents and total <= INLINE_MAX:
+                pending += held
+            else:
+                await emit(held)
         if not extents and total <= INLINE_MAX:
             inline = bytes(pending)
             whole = crc32c(inline)

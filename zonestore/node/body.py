@@ -1,8 +1,8 @@
 """Split a streamed PUT body into its payload and the metadata blob that trails it.
 
 The body is exactly `length` payload bytes followed by the metadata blob (the rest of the body,
-at most `max_meta` bytes). `PutBody.payload()` yields the payload chunk by chunk straight from
-the socket (memory stays bounded by one read buffer); when it reads the payload's last bytes it
+at most `max_meta` bytes). `PutBody.payload()` yields the payload in `CHUNK`-sized bytes (the
+last one shorter) gathered from the socket (memory stays bounded by one chunk); when it reads the payload's last bytes it
 reads the metadata blob too and checks the signed SHA-256 of the whole body *before* yielding
 the last chunk, so the zone log never commits a body that is short, too long or tampered with.
 `PutBody.meta` is then the callable the zone log evaluates after the body.
@@ -17,8 +17,9 @@ from aiohttp import StreamReader
 
 from zonestore.node.errors import NodeError
 from zonestore.nodeauth import UNSIGNED
+from zonestore.record import MAX_CHUNK
 
-CHUNK = 1 << 20
+CHUNK = MAX_CHUNK  # the zone log's record chunk: it takes chunks this size without copying
 
 
 class ClientGone(NodeError):
@@ -43,12 +44,22 @@ class PutBody:
             if remaining == 0:
                 await self._read_meta()
             while remaining > 0:
-                chunk = await self._read(min(remaining, CHUNK))
-                if not chunk:
-                    raise ClientGone(400, "incomplete_body",
-                                     f"body ended after {self.length - remaining} of "
-                                     f"{self.length} payload bytes (X-ZG-Length)")
-                remaining -= len(chunk)
+                # Gather whole chunks (the zone log's record chunk size) and join them once:
+                # the zone log then checksums and buffers the joined bytes as they are, with
+                # no copy of its own and one pass per chunk instead of one per socket read.
+                want = min(remaining, CHUNK)
+                pieces = []
+                while want > 0:
+                    piece = await self._read(want)
+                    if not piece:
+                        raise ClientGone(400, "incomplete_body",
+                                         f"body ended after {self.length - remaining} of "
+                                         f"{self.length} payload bytes (X-ZG-Length)")
+                    pieces.append(piece)
+                    want -= len(piece)
+                    remaining -= len(piece)
+                chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                del pieces
                 if self._hasher is not None:
                     self._hasher.update(chunk)
                 if remaining == 0:

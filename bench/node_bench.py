@@ -3,7 +3,8 @@
 PUTs then GETs `--total` MiB of `--record` MiB records through one `zonegate node` process
 (tests/nodeproc.py NodeCluster: 2 emulated zoned drives, fdatasync'd) with an aiohttp client,
 `--concurrency` requests at a time, and reports MB/s and the node's CPU seconds (user + system,
-from /proc/<pid>/stat) per GiB of record bytes. The client streams one preallocated buffer and
+from /proc/<pid>/stat) per GiB of record bytes. PUT bodies are sent chunked in `--piece` KiB
+writes, like the gateway's node client sends erasure fragments. The client streams one preallocated buffer and
 discards what it reads, so it costs little; the two share the machine's cores all the same.
 
 `--baseline SRC` also runs the node from another source tree (e.g. a `git worktree` of an older
@@ -43,11 +44,13 @@ def _cpu(pid: int) -> tuple[float, float]:
 
 
 async def _put(session: aiohttp.ClientSession, cluster: NodeCluster, rid: str, data: bytes,
-               piece: int) -> None:
+               piece: int, chunked: bool) -> None:
     path = f"/v1/records/{rid}"
     query = {"nonce": secrets.token_hex(8)}
     headers = cluster.headers(0, "PUT", path, query, None)
-    headers.update({"X-ZG-Length": str(len(data)), "Content-Length": str(len(data))})
+    headers["X-ZG-Length"] = str(len(data))
+    if not chunked:
+        headers["Content-Length"] = str(len(data))
     view = memoryview(data)
 
     async def body():
@@ -75,7 +78,7 @@ async def _get(session: aiohttp.ClientSession, cluster: NodeCluster, rid: str,
 
 
 async def _drive(cluster: NodeCluster, total: int, record: int, concurrency: int,
-                 piece: int) -> dict[str, dict[str, float]]:
+                 piece: int, chunked: bool) -> dict[str, dict[str, float]]:
     data = os.urandom(record)
     n = max(1, total // record)
     ids = [f"bench-{i:05d}" for i in range(n)]
@@ -90,7 +93,7 @@ async def _drive(cluster: NodeCluster, total: int, record: int, concurrency: int
                 while queue:
                     rid = queue.pop()
                     if op == "PUT":
-                        await _put(session, cluster, rid, data, piece)
+                        await _put(session, cluster, rid, data, piece, chunked)
                     else:
                         await _get(session, cluster, rid, record)
 
@@ -104,8 +107,8 @@ async def _drive(cluster: NodeCluster, total: int, record: int, concurrency: int
     return out
 
 
-def run_once(src: Path | None, total: int, record: int, concurrency: int, piece: int
-             ) -> dict[str, dict[str, float]]:
+def run_once(src: Path | None, total: int, record: int, concurrency: int, piece: int,
+             chunked: bool) -> dict[str, dict[str, float]]:
     env = {}
     if src is not None:
         env["PYTHONPATH"] = str(src)
@@ -121,7 +124,8 @@ def run_once(src: Path | None, total: int, record: int, concurrency: int, piece:
         try:
             with NodeCluster(Path(tmp), 1, drives_per_node=2, geometry=geometry,
                              env=env) as cluster:
-                return asyncio.run(_drive(cluster, total, record, concurrency, piece))
+                return asyncio.run(_drive(cluster, total, record, concurrency, piece,
+                                                  chunked))
         finally:
             os.chdir(cwd)
 
@@ -133,6 +137,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--record", type=float, default=16, help="MiB per record (default 16)")
     ap.add_argument("--piece", type=int, default=128,
                     help="KiB per client body write (default 128: a gateway fragment write)")
+    ap.add_argument("--content-length", action="store_true",
+                    help="send Content-Length (default: chunked, as the gateway's node client)")
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--baseline", type=Path, help="source tree of the node to compare with")
@@ -145,7 +151,8 @@ def main(argv: list[str]) -> int:
     for _ in range(args.runs):
         for name, src in targets:
             runs[name].append(run_once(src, args.total * MiB, int(args.record * MiB),
-                                       args.concurrency, args.piece * 1024))
+                                       args.concurrency, args.piece * 1024,
+                                       not args.content_length))
     result: dict[str, dict[str, dict[str, float]]] = {}
     print(f"{args.total} MiB of {args.record:g} MiB records in {args.piece} KiB writes, "
           f"concurrency {args.concurrency}, "

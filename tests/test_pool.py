@@ -60,6 +60,9 @@ async def test_pool_head_delete_scan_and_replace_across_drives(tmp_path):
         await pool.head("a")
     st = pool.stats()
     assert st.records == 1 and st.user_bytes_written == 1 + 2 + 1
+    # The drives' flush histograms add up to the pool's.
+    assert st.flush_sizes.count == st.flushes == sum(d.flushes for d in pool.drive_stats())
+    assert st.flush_sizes.sum == st.device_bytes_written
     await pool.close()
 
 
@@ -73,3 +76,17 @@ async def test_a_stream_moves_when_its_drive_fills(tmp_path):
         assert await read_all(pool, f"r{j}") == payload(j, 256 * KiB)
     assert pool.stats().free_bytes < 8 * MiB
     await pool.close()
+
+
+def test_histogram_snapshots_merge_and_refuse_other_buckets():
+    from zonestore.histogram import FixedHistogram
+
+    a, b = FixedHistogram((1.0, 2.0)), FixedHistogram((1.0, 2.0))
+    for v in (0.5, 1.5, 3.0):
+        a.observe(v)
+    b.observe(1.5)
+    merged = a.snapshot() + b.snapshot()
+    assert merged.buckets == ((1.0, 1), (2.0, 3), (float("inf"), 4))
+    assert merged.count == 4 and merged.sum == 6.5
+    with pytest.raises(ValueError):
+        _ = a.snapshot() + FixedHistogram((1.0,)).snapshot()

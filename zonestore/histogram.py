@@ -24,6 +24,14 @@ class HistogramSnapshot:
     sum: float
     count: int
 
+    def __add__(self, other: HistogramSnapshot) -> HistogramSnapshot:
+        """Merge two snapshots of histograms with the same bounds (e.g. a pool's drives)."""
+        if [b for b, _ in self.buckets] != [b for b, _ in other.buckets]:
+            raise ValueError("cannot merge histograms with different buckets")
+        merged = tuple((b, n + m) for (b, n), (_, m) in zip(self.buckets, other.buckets,
+                                                              strict=True))
+        return HistogramSnapshot(merged, self.sum + other.sum, self.count + other.count)
+
 
 class FixedHistogram:
     """Counts observations into fixed buckets. Not thread-safe: observe from one thread."""

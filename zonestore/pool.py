@@ -132,8 +132,9 @@ class DrivePool:
                 if f.name == "zones_by_condition":
                     for k, n in v.items():
                         total.zones_by_condition[k] = total.zones_by_condition.get(k, 0) + n
-                elif f.name != "write_amplification":
-                    setattr(total, f.name, getattr(total, f.name) + v)
+                elif f.name != "write_amplification" and v is not None:
+                    have = getattr(total, f.name)
+                    setattr(total, f.name, v if have is None else have + v)
         if total.user_bytes_written:
             total.write_amplification = total.device_bytes_written / total.user_bytes_written
         return total

@@ -221,21 +221,38 @@ class Codec:
 
 
 async def segments(body: AsyncIterable[bytes], segment_size: int) -> AsyncIterator[bytes]:
-    """Re-chunk a byte stream into segments of exactly segment_size bytes (last one shorter).
-    Holds at most one segment plus one incoming chunk."""
-    buf = bytearray()
+    """Re-chunk a byte stream into `bytes` segments of exactly segment_size bytes (last one
+    shorter). Holds at most one segment plus one incoming chunk.
+
+    Each segment is built with one copy (a join of views of the incoming chunks; a chunk that
+    already is one whole `bytes` segment is passed on as is): regrouping used to copy every
+    byte four times (append, slice, bytes(), shift), a measurable share of the gateway's CPU
+    per byte."""
+    pieces: list[bytes | memoryview] = []
+    have = 0
     async for chunk in body:
-        if not chunk:
+        n = len(chunk)
+        if not n:
             continue
-        if not buf and len(chunk) == segment_size:
-            yield bytes(chunk)
+        if not have and n == segment_size and type(chunk) is bytes:
+            yield chunk
             continue
-        buf += chunk
-        while len(buf) >= segment_size:
-            yield bytes(buf[:segment_size])
-            del buf[:segment_size]
-    if buf:
-        yield bytes(buf)
+        if type(chunk) is not bytes:
+            chunk = bytes(chunk)  # a caller may reuse its buffer once we hand control back
+        view = memoryview(chunk)
+        pos = 0
+        while have + (n - pos) >= segment_size:
+            take = segment_size - have
+            pieces.append(view[pos:pos + take])
+            pos += take
+            yield b"".join(pieces)
+            pieces.clear()
+            have = 0
+        if pos < n:
+            pieces.append(view[pos:] if pos else chunk)
+            have += n - pos
+    if pieces:
+        yield b"".join(pieces)
 
 
 def encode_to_archives(codec: Codec, data: bytes) -> list[bytes]:

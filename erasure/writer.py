@@ -70,14 +70,20 @@ class ArchiveUpload:
         return self.error is None and t is not None and not (
             t.done() and (t.cancelled() or t.exception() is not None))
 
-    async def feed(self, item: bytes | None, stall: float) -> None:
+    def offer(self, item: bytes | None) -> bool:
+        """Queue item if there is room (or drop it if this upload is dead): True when done
+        with it, False when `feed` must wait for room."""
         if not self.alive or self.task.done():
-            return
+            return True
         try:
             self.q.put_nowait(item)
-            return
+            return True
         except asyncio.QueueFull:
-            pass
+            return False
+
+    async def feed(self, item: bytes | None, stall: float) -> None:
+        if self.offer(item):
+            return
         try:
             await asyncio.wait_for(self.q.put(item), stall)
         except TimeoutError:
@@ -123,7 +129,12 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
             frags = codec.encode(seg)
             cluster.stats["encode_seconds"] += time.perf_counter() - started
             cluster.stats["encode_bytes"] += len(seg)
-            await asyncio.gather(*(s.feed(frags[i], timeout) for i, s in sinks.items()))
+            # Most segments find room in every queue: only the full ones need a waiting task.
+            full = [i for i, s in sinks.items() if not s.offer(frags[i])]
+            if full:
+                await asyncio.gather(*(sinks[i].feed(frags[i], timeout) for i in full))
+            else:
+                await asyncio.sleep(0)  # let the uploads and the hashing run between segments
             check_quorum()
         if total != length:
             raise ValueError(f"part body ended after {total} of its announced {length} bytes")

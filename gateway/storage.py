@@ -23,6 +23,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
+from erasure.codec import segments
 from gateway import checksums
 from gateway.errors import S3Error
 
@@ -51,21 +52,11 @@ def layout_to_dict(layout: Any) -> dict[str, Any]:
 
 
 async def coalesce(chunks: AsyncIterable[bytes], size: int = COALESCE) -> AsyncIterator[bytes]:
-    """Regroup a stream's small network reads into ~size-byte chunks (fewer, bigger hashing
-    and coding steps: hashing can then run in a worker thread)."""
-    buf: list[bytes] = []
-    n = 0
-    async for chunk in chunks:
-        if not chunk:
-            continue
-        buf.append(bytes(chunk))
-        n += len(chunk)
-        if n >= size:
-            yield buf[0] if len(buf) == 1 else b"".join(buf)
-            buf.clear()
-            n = 0
-    if buf:
-        yield buf[0] if len(buf) == 1 else b"".join(buf)
+    """Regroup a stream's small network reads into `size`-byte chunks (fewer, bigger hashing
+    and coding steps: hashing can then run in a worker thread). Exactly `size` (the default
+    segment size) so that the erasure writer can encode them without regrouping again."""
+    async for chunk in segments(chunks, size):
+        yield chunk
 
 
 class CopyBody:

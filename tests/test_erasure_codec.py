@@ -127,6 +127,31 @@ async def test_segmenter_rechunks_any_chunking() -> None:
     assert b"".join(out) == data
 
 
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.integers(0, 900), max_size=12), seg=st.integers(1, 400))
+async def test_segmenter_gives_exact_bytes_segments_even_from_reused_buffers(cuts, seg) -> None:
+    data = data_of(sum(cuts) + 1)
+    reused = bytearray()
+
+    async def body():
+        pos = 0
+        for i, n in enumerate(cuts + [1]):
+            piece = data[pos:pos + n]
+            pos += n
+            if i % 3 == 0:
+                reused[:] = piece  # the caller overwrites this buffer after each chunk
+                yield reused
+            elif i % 3 == 1:
+                yield memoryview(piece)
+            else:
+                yield piece
+
+    out = [s async for s in segments(body(), seg)]
+    assert all(type(s) is bytes for s in out)
+    assert all(len(s) == seg for s in out[:-1]) and 0 < len(out[-1]) <= seg
+    assert b"".join(out) == data
+
+
 @settings(max_examples=80, deadline=None)
 @given(size=st.sampled_from(SIZES) | st.integers(1, 5 * SEG), data=st.data())
 def test_direct_pieces_hold_the_range_verbatim(size: int, data) -> None:

@@ -6,7 +6,7 @@
   things that die together sit together in the zones.
 - Every archive's meta dict names bucket, key, version, part number, ETag and sizes; a single
   PUT's meta also holds the whole object metadata, so `recover-metadata` can rebuild it.
-- `ingest()` is the upload pipeline: body chunks are coalesced to ~1 MiB, hashed (MD5 and the
+- `Storage.write()` is the upload pipeline: body chunks are coalesced to ~1 MiB, hashed (MD5 and the
   S3 checksum, in a worker thread) while the erasure layer encodes and sends them; the length,
   Content-MD5 and checksums are verified before the body ends, so a bad upload raises inside
   write_part and commits nothing.

@@ -37,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.erasure_bench import encode_to_files
+
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 TICK = os.sysconf("SC_CLK_TCK")
@@ -354,21 +356,8 @@ def run_pipeline(src: Path, size: int, scratch: Path) -> Row:
     outdir.mkdir(exist_ok=True)
 
     def pipeline() -> None:
-        md5 = hashlib.md5()
-        files = [open(outdir / f"frag{i:02d}", "wb") for i in range(10)]  # noqa: SIM115
-        try:
-            with open(src, "rb") as f:
-                while seg := f.read(MiB):
-                    md5.update(seg)
-                    for out, frag in zip(files, driver.encode(seg), strict=True):
-                        out.write(frag)
-            for out in files:
-                out.flush()
-                os.fdatasync(out.fileno())
-                os.posix_fadvise(out.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            for out in files:
-                out.close()
+        with open(src, "rb") as f:
+            encode_to_files(iter(lambda: f.read(MiB), b""), driver.encode, outdir)
 
     target = Target("pipeline")
     row = measure(target, "in-process", "PUT", size, pipeline)

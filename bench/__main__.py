@@ -7,6 +7,14 @@ import importlib
 import sys
 from pathlib import Path
 
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
 
 def available() -> list[str]:
     return sorted(p.name.removesuffix("_bench.py") for p in Path(__file__).parent.glob("*_bench.py"))
@@ -23,9 +31,16 @@ def main(argv: list[str]) -> int:
             return 2
         return int(importlib.import_module(f"bench.{argv[0]}_bench").main(argv[1:]) or 0)
     status = 0
-    for name in names:
-        print(f"=== {name}", flush=True)
-        status |= int(importlib.import_module(f"bench.{name}_bench").main([]) or 0)
+    # Each benchmark prints its own figures; the bar (rich redirects their output above it)
+    # shows how far the whole run is.
+    with Progress(TextColumn("[bold]benchmarks"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.description}"), TimeElapsedColumn()) as progress:
+        task = progress.add_task("", total=len(names))
+        for name in names:
+            progress.update(task, description=name)
+            print(f"=== {name}", flush=True)
+            status |= int(importlib.import_module(f"bench.{name}_bench").main([]) or 0)
+            progress.advance(task)
     return status
 
 

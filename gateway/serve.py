@@ -2,8 +2,11 @@
 
 Several worker processes share the listening socket (pyeclib holds the GIL, so one process
 cannot use both cores); each opens the same SQLite metadata store (WAL) and its own node
-connections. The glibc allocator settings of the Makefile are applied by re-executing once
-with them in the environment, so the parent and every worker run with them.
+connections. On SIGTERM or Ctrl-C idle keep-alive connections are closed at once (TLS ones
+too: gateway/httpproto.py) and requests in flight get --shutdown-timeout seconds to finish, so
+the gateway stops within the grace `zonegate dev` allows it. The glibc allocator settings of
+the Makefile are applied by re-executing once with them in the environment, so the parent and
+every worker run with them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ MALLOC_ENV = {
     "MALLOC_MMAP_THRESHOLD_": "268435456",
 }
 CONFIG_ENV = "ZONEGATE_CONFIG"
+# What requests in flight get after SIGTERM before uvicorn cancels them: well inside the grace
+# `zonegate dev` gives the gateway before SIGKILL (10 s), leaving room for the app's own
+# shutdown. Idle connections do not wait for it (gateway/httpproto.py).
+SHUTDOWN_TIMEOUT_S = 5.0
 
 
 def app_factory() -> Any:
@@ -47,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--listen", default=None, help="host:port (default: [gateway] listen)")
     p.add_argument("--tls-cert", default=None, help="PEM certificate: serve HTTPS")
     p.add_argument("--tls-key", default=None, help="PEM private key for --tls-cert")
+    p.add_argument("--shutdown-timeout", type=float, default=SHUTDOWN_TIMEOUT_S,
+                   help="seconds requests in flight at SIGTERM get to finish "
+                        f"(default {SHUTDOWN_TIMEOUT_S:g})")
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=cmd_serve)
 
@@ -58,6 +68,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.execve(sys.executable, [sys.executable, "-m", "gateway.cli", *sys.argv[1:]], env)
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ValueError("--tls-cert and --tls-key go together")
+    if args.shutdown_timeout < 0:
+        raise ValueError("--shutdown-timeout must not be negative")
     config_path = os.path.abspath(args.config)
     host, port = _listen(config_path, args.listen)
     # Validate the config and the metadata store here, so a bad file fails in one line.
@@ -69,7 +81,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
     uvicorn.run("gateway.serve:app_factory", factory=True, host=host, port=port,
-                workers=max(1, args.workers), loop="uvloop", http="httptools",
+                workers=max(1, args.workers), loop="uvloop",
+                http="gateway.httpproto:GatewayHttpProtocol",
+                timeout_graceful_shutdown=args.shutdown_timeout,
                 lifespan="on", access_log=False, log_level=args.log_level,
                 ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,
                 timeout_keep_alive=75, server_header=False, date_header=True)

@@ -271,6 +271,11 @@ class Index:
         row = self.db.execute(f"SELECT {_COLS} FROM records WHERE id = ?", (record_id,)).fetchone()
         return _row_entry(row) if row else None
 
+    def is_live(self, record_id: str) -> bool:
+        """Whether the id's row is a live record (not a tombstone), without decoding it."""
+        row = self.db.execute("SELECT kind FROM records WHERE id = ?", (record_id,)).fetchone()
+        return row is not None and row[0] == REC
+
     def _mark_dead(self, e: Entry) -> None:
         if e.kind != REC:
             return

@@ -84,19 +84,29 @@ class DrivePool:
                 await log.delete(record_id)
         return info
 
-    def _log_of(self, record_id: str) -> ZoneLog:
+    def find(self, record_id: str) -> tuple[RecordInfo,
+                                            Callable[[int, int | None], AsyncIterator[bytes]]
+                                            ] | None:
+        """`ZoneLog.find` on the drive holding the id (one index lookup per drive asked)."""
         validate_record_id(record_id)
-        i = self.locate(record_id)
-        if i is None:
-            raise RecordNotFound(record_id)
-        return self.logs[i]
+        for log in self.logs:
+            found = log.find(record_id)
+            if found is not None:
+                return found
+        return None
 
     async def get(self, record_id: str, offset: int = 0, length: int | None = None
                   ) -> AsyncIterator[bytes]:
-        return await self._log_of(record_id).get(record_id, offset, length)
+        found = self.find(record_id)
+        if found is None:
+            raise RecordNotFound(record_id)
+        return found[1](offset, length)
 
     async def head(self, record_id: str) -> RecordInfo:
-        return await self._log_of(record_id).head(record_id)
+        found = self.find(record_id)
+        if found is None:
+            raise RecordNotFound(record_id)
+        return found[0]
 
     async def delete(self, record_id: str) -> bool:
         validate_record_id(record_id)

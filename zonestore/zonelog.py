@@ -768,7 +768,22 @@ class ZoneLog:
                   ) -> AsyncIterator[bytes]:
         """Bytes [offset, offset+length) of the record (to its end when length is None or runs
         past it), as an async iterator; every chunk is CRC-checked before it is yielded."""
-        e = self._live(record_id)
+        return self._read_entry(self._live(record_id), offset, length)
+
+    def find(self, record_id: str) -> tuple[RecordInfo,
+                                            Callable[[int, int | None], AsyncIterator[bytes]]
+                                            ] | None:
+        """One index lookup for a read: None if no live record has this id, else its info and
+        a `read(offset, length)` of exactly that record (the `get` checks and iterator), so
+        that headers and bytes describe the same put without a second lookup."""
+        validate_record_id(record_id)
+        self._check_open()
+        e = self.index.lookup(record_id)
+        if e is None or e.kind != REC:
+            return None
+        return _info(e), lambda offset=0, length=None: self._read_entry(e, offset, length)
+
+    def _read_entry(self, e: Entry, offset: int, length: int | None) -> AsyncIterator[bytes]:
         if offset < 0 or offset > e.length or (length is not None and length < 0):
             raise InvalidRange(f"range {offset}+{length} outside record of {e.length} bytes")
         end = e.length if length is None else min(e.length, offset + length)
@@ -833,8 +848,7 @@ class ZoneLog:
 
     def has(self, record_id: str) -> bool:
         """Whether a live record with this id is here (no I/O)."""
-        e = self.index.lookup(record_id)
-        return e is not None and e.kind == REC
+        return self.index.is_live(record_id)
 
     def stats(self) -> LogStats:
         zones = self.device.report_zones()

@@ -65,18 +65,22 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        err = error_for(exc)
-        assert err is not None
-        return _respond(request, err)
+        return error_response(request, exc)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a response
-        err = error_for(exc)
-        if err is None and isinstance(exc, ConnectionError):
-            log.debug("client went away during %s %s: %s", request.method, request.path, exc)
-            err = NodeError(400, "client_gone", "client went away")
-        if err is None:
-            log.exception("internal error on %s %s", request.method, request.path)
-            err = NodeError(500, "internal", f"internal error: {type(exc).__name__}")
-        return _respond(request, err)
+        return error_response(request, exc)
+
+
+def error_response(request: web.Request, exc: Exception) -> web.Response:
+    """The JSON answer to a request that raised `exc` (an HTTPException of 400 or more, a
+    store error, or a bug, which is logged with its traceback and answered 500)."""
+    err = error_for(exc)
+    if err is None and isinstance(exc, ConnectionError):
+        log.debug("client went away during %s %s: %s", request.method, request.path, exc)
+        err = NodeError(400, "client_gone", "client went away")
+    if err is None:
+        log.exception("internal error on %s %s", request.method, request.path)
+        err = NodeError(500, "internal", f"internal error: {type(exc).__name__}")
+    return _respond(request, err)
 
 
 def _respond(request: web.Request, err: NodeError) -> web.Response:

@@ -119,12 +119,30 @@ class NodeMetrics:
                               registry=self.registry)
         self.zones_reset = Counter(f"{PREFIX}_drive_reclaimed_zones", "Zones reset by reclaim.",
                                    ["drive"], registry=self.registry)
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self.reclaim_copied = Counter(f"{PREFIX}_drive_reclaim_copied_bytes",
                                       "Bytes copied by the node's reclaim passes.", ["drive"],
                                       registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def observe(self, request: web.Request, status: int, start: float) -> None:
+        """Count one answered request (`start` from time.perf_counter())."""
+        route = request.get(ROUTE_NAME) or _route_name(request)
+        method = request.method if request.method in _METHODS else "OTHER"
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            # labels() takes a lock and builds a key per call; the children never change, so
+            # each label set is looked up once (a few dozen sets: methods x routes x statuses).
+            children = (self.requests.labels(method, route, str(status)),
+                        self.latency.labels(method, route))
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(time.perf_counter() - start)
+        if status == 403:
+            self.auth_failures.inc()
 
     @web.middleware
     async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
@@ -138,12 +156,7 @@ class NodeMetrics:
             status = exc.status
             raise
         finally:
-            route = request.get(ROUTE_NAME) or _route_name(request)
-            method = request.method if request.method in _METHODS else "OTHER"
-            self.requests.labels(method, route, str(status)).inc()
-            self.latency.labels(method, route).observe(time.perf_counter() - start)
-            if status == 403:
-                self.auth_failures.inc()
+            self.observe(request, status, start)
 
 
 _METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "POST"})

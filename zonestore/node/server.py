@@ -22,6 +22,7 @@ import random
 import signal
 import socket
 import stat
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +33,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from zonestore.device import ZonedDevice
 from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_drive
-from zonestore.node.auth import check_signature, make_auth_middleware
-from zonestore.node.errors import error_middleware, json_error
+from zonestore.node.auth import check_signature, make_auth_check
+from zonestore.node.errors import error_response, json_error
 from zonestore.node.handlers import add_routes
 from zonestore.node.metrics import NodeMetrics
 from zonestore.node.state import DEFAULT_MAX_RECORD_SIZE, MAX_META_SIZE, STATE, NodeState
@@ -188,35 +189,53 @@ def _close_drive(d: _Drive) -> None:
         os.close(d.lock_fd)
 
 
-def _drain_middleware(state: NodeState):
-    """Counts requests in flight so that shutdown can wait for them; while draining, new
-    requests are refused with 503 (and their connection closed) so that clients go elsewhere."""
+def _node_middleware(state: NodeState, secret: bytes, options: NodeOptions):
+    """Metrics, drain, errors and auth as one middleware (one frame and await per request
+    instead of four), in the order they nest: metrics count every answer, refusals included;
+    while draining, requests are refused before anything else; refusals and failures become
+    JSON errors; auth runs last, just before the handler."""
+    auth = make_auth_check(secret, window=options.auth_window,
+                           open_metrics=options.open_metrics)
+    metrics = state.metrics
 
     @web.middleware
-    async def drain(request: web.Request, handler) -> web.StreamResponse:
-        if state.draining and request.path != "/health/live":
-            resp = json_error(503, "shutting_down", "the node is shutting down")
-            resp.force_close()
-            return resp
-        state.inflight += 1
+    async def node_middleware(request: web.Request, handler) -> web.StreamResponse:
+        start = time.perf_counter()
+        status = 500
         try:
-            return await handler(request)
+            if state.draining and request.path != "/health/live":
+                resp = json_error(503, "shutting_down", "the node is shutting down")
+                resp.force_close()
+                status = resp.status
+                return resp
+            state.inflight += 1
+            try:
+                try:
+                    auth(request)
+                    resp = await handler(request)
+                except web.HTTPException as exc:
+                    if exc.status < 400:
+                        raise
+                    resp = error_response(request, exc)
+                except Exception as exc:  # noqa: BLE001 - every failure becomes a response
+                    resp = error_response(request, exc)
+            finally:
+                state.inflight -= 1
+            status = resp.status
+            return resp
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
         finally:
-            state.inflight -= 1
+            metrics.observe(request, status, start)
 
-    return drain
+    return node_middleware
 
 
 def build_app(state: NodeState, secret: bytes, options: NodeOptions) -> web.Application:
     """The aiohttp application of one node (routes, auth, errors, metrics)."""
     app = web.Application(
-        middlewares=[
-            state.metrics.middleware,  # outermost: counts every answer, refusals included
-            _drain_middleware(state),
-            error_middleware,
-            make_auth_middleware(secret, window=options.auth_window,
-                                 open_metrics=options.open_metrics),
-        ],
+        middlewares=[_node_middleware(state, secret, options)],
         client_max_size=MAX_META_SIZE,  # only for request.read(); record bodies are streamed
     )
     app[STATE] = state

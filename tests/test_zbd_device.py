@@ -20,7 +20,6 @@ import pytest
 
 from tests.zoned.support import (
     WriteAudit,
-    device_params,
     reset_all,
     sysfs_queue,
     zoned_device_paths,
@@ -99,23 +98,6 @@ def test_a_regular_file_is_not_a_zoned_device(tmp_path):
 zoned = pytest.mark.zoned
 
 
-@pytest.fixture(params=device_params())
-def zpath(request):
-    return request.param
-
-
-@pytest.fixture
-def dev(zpath):
-    from zonestore.zbd import ZbdZonedDevice
-
-    d = ZbdZonedDevice(zpath)
-    reset_all(d)
-    yield d
-    if not d.closed:
-        reset_all(d)
-        d.close()
-
-
 def seq_zones(dev):
     return [z for z in dev.report_zones() if z.is_sequential]
 
@@ -125,20 +107,20 @@ def block(dev, fill: int, n: int = 1) -> bytes:
 
 
 @zoned
-def test_geometry_and_limits_are_read_from_the_device(dev, zpath):
+def test_geometry_and_limits_are_read_from_the_device(zbd_dev, zbd_path):
     from zonestore.opener import open_device
 
-    info = dev.info
+    info = zbd_dev.info
     assert info.backend == "zbd"
-    assert info.zone_size == sysfs_queue(zpath, "chunk_sectors") * 512
-    assert info.nr_zones == sysfs_queue(zpath, "nr_zones")
-    assert info.physical_block_size == sysfs_queue(zpath, "physical_block_size")
-    assert info.logical_block_size == sysfs_queue(zpath, "logical_block_size")
-    assert info.max_open_zones == sysfs_queue(zpath, "max_open_zones")
-    assert info.max_active_zones == sysfs_queue(zpath, "max_active_zones")
+    assert info.zone_size == sysfs_queue(zbd_path, "chunk_sectors") * 512
+    assert info.nr_zones == sysfs_queue(zbd_path, "nr_zones")
+    assert info.physical_block_size == sysfs_queue(zbd_path, "physical_block_size")
+    assert info.logical_block_size == sysfs_queue(zbd_path, "logical_block_size")
+    assert info.max_open_zones == sysfs_queue(zbd_path, "max_open_zones")
+    assert info.max_active_zones == sysfs_queue(zbd_path, "max_active_zones")
     if os.environ.get("ZONEGATE_IN_GUEST"):
         assert info.max_open_zones > 0, "the harness gives every device an open limit"
-    zones = dev.report_zones()
+    zones = zbd_dev.report_zones()
     assert [z.index for z in zones] == list(range(info.nr_zones))
     assert all(z.start == z.index * info.zone_size and z.size == info.zone_size for z in zones)
     # Conventional zones, if any, come first, like an SMR drive's.
@@ -148,54 +130,54 @@ def test_geometry_and_limits_are_read_from_the_device(dev, zpath):
     for z in zones[n_conv:]:
         assert z.cond is ZoneCondition.EMPTY and z.wp == z.start
         assert 0 < z.capacity <= z.size
-    assert dev.report_zones(3, 2) == zones[3:5]
+    assert zbd_dev.report_zones(3, 2) == zones[3:5]
     # opener.open_device picks this backend for a block device (O_EXCL: close ours first).
-    dev.close()
-    with open_device(zpath) as d2:
+    zbd_dev.close()
+    with open_device(zbd_path) as d2:
         assert type(d2).__name__ == "ZbdZonedDevice" and d2.info == info
 
 
 @zoned
-def test_write_at_the_write_pointer_then_read_any_range(dev):
-    z = seq_zones(dev)[0]
-    data = os.urandom(3 * dev.info.physical_block_size)
-    dev.write(z.start, data)
-    now = dev.zone(z.index)
+def test_write_at_the_write_pointer_then_read_any_range(zbd_dev):
+    z = seq_zones(zbd_dev)[0]
+    data = os.urandom(3 * zbd_dev.info.physical_block_size)
+    zbd_dev.write(z.start, data)
+    now = zbd_dev.zone(z.index)
     assert now.wp == z.start + len(data)
     assert now.cond is ZoneCondition.IMPLICIT_OPEN
-    assert dev.read(z.start, len(data)) == data
+    assert zbd_dev.read(z.start, len(data)) == data
     for off, n in ((1, 10), (511, 4097), (4095, 2), (len(data) - 7, 7)):
-        assert dev.read(z.start + off, n) == data[off:off + n]
+        assert zbd_dev.read(z.start + off, n) == data[off:off + n]
     with pytest.raises(OutOfRangeError):
-        dev.read(z.start + len(data) - 1, 2)  # past the write pointer
-    dev.write(now.wp, data)  # appends at the new write pointer
-    assert dev.read(z.start, 2 * len(data)) == data + data
+        zbd_dev.read(z.start + len(data) - 1, 2)  # past the write pointer
+    zbd_dev.write(now.wp, data)  # appends at the new write pointer
+    assert zbd_dev.read(z.start, 2 * len(data)) == data + data
 
 
 @zoned
-def test_illegal_writes_are_refused_by_us_before_the_kernel(dev, zpath, monkeypatch):
-    pbs = dev.info.physical_block_size
-    z = seq_zones(dev)[1]
-    audit = WriteAudit(zpath, monkeypatch)
+def test_illegal_writes_are_refused_by_us_before_the_kernel(zbd_dev, zbd_path, monkeypatch):
+    pbs = zbd_dev.info.physical_block_size
+    z = seq_zones(zbd_dev)[1]
+    audit = WriteAudit(zbd_path, monkeypatch)
     try:
-        dev.write(z.start, block(dev, 1))
+        zbd_dev.write(z.start, block(zbd_dev, 1))
         with pytest.raises(WritePointerError):
-            dev.write(z.start + 2 * pbs, block(dev, 2))  # ahead of the WP
+            zbd_dev.write(z.start + 2 * pbs, block(zbd_dev, 2))  # ahead of the WP
         with pytest.raises(WritePointerError):
-            dev.write(z.start, block(dev, 2))  # behind it
+            zbd_dev.write(z.start, block(zbd_dev, 2))  # behind it
         with pytest.raises(UnalignedIOError):
-            dev.write(z.start + pbs, b"x" * (pbs - 512))  # not whole physical blocks
+            zbd_dev.write(z.start + pbs, b"x" * (pbs - 512))  # not whole physical blocks
         with pytest.raises(UnalignedIOError):
-            dev.write(z.start + pbs + 512, block(dev, 2))
+            zbd_dev.write(z.start + pbs + 512, block(zbd_dev, 2))
         with pytest.raises(ZoneCapacityError):
-            dev.write(z.start + pbs, b"\0" * z.capacity)  # past the zone's capacity
+            zbd_dev.write(z.start + pbs, b"\0" * z.capacity)  # past the zone's capacity
         with pytest.raises(OutOfRangeError):
-            dev.write(dev.info.size, block(dev, 2))
+            zbd_dev.write(zbd_dev.info.size, block(zbd_dev, 2))
         assert len(audit.writes) == 1, "a refused request reached the device"
-        dev.write(z.start + pbs, b"\0" * (z.capacity - pbs))  # exactly to capacity
-        assert dev.zone(z.index).cond is ZoneCondition.FULL
+        zbd_dev.write(z.start + pbs, b"\0" * (z.capacity - pbs))  # exactly to capacity
+        assert zbd_dev.zone(z.index).cond is ZoneCondition.FULL
         with pytest.raises(ZoneCapacityError):
-            dev.write(z.start + z.capacity - pbs, block(dev, 3))  # into the FULL zone
+            zbd_dev.write(z.start + z.capacity - pbs, block(zbd_dev, 3))  # into the FULL zone
         assert audit.writes and audit.off_wp() == []
         assert all(w.offset % pbs == 0 and w.length % pbs == 0 for w in audit.writes)
     finally:
@@ -203,94 +185,94 @@ def test_illegal_writes_are_refused_by_us_before_the_kernel(dev, zpath, monkeypa
 
 
 @zoned
-def test_the_kernel_itself_refuses_an_off_wp_write(dev, zpath):
+def test_the_kernel_itself_refuses_an_off_wp_write(zbd_dev, zbd_path):
     """What our checks protect against is real: a raw write off the WP fails with an error."""
     import mmap
 
-    pbs = dev.info.physical_block_size
-    z = seq_zones(dev)[2]
-    dev.write(z.start, block(dev, 1))
+    pbs = zbd_dev.info.physical_block_size
+    z = seq_zones(zbd_dev)[2]
+    zbd_dev.write(z.start, block(zbd_dev, 1))
     buf = mmap.mmap(-1, pbs)
-    fd = os.open(zpath, os.O_WRONLY | os.O_DIRECT)
+    fd = os.open(zbd_path, os.O_WRONLY | os.O_DIRECT)
     try:
         with pytest.raises(OSError) as ei:
             os.pwrite(fd, buf, z.start + 3 * pbs)
         assert ei.value.errno in (errno.EIO, errno.EINVAL)
     finally:
         os.close(fd)
-    assert dev.zone(z.index).wp == z.start + pbs
+    assert zbd_dev.zone(z.index).wp == z.start + pbs
 
 
 @zoned
-def test_open_close_finish_reset(dev):
-    z = seq_zones(dev)[3]
-    dev.open_zone(z.index)
-    assert dev.zone(z.index).cond is ZoneCondition.EXPLICIT_OPEN
-    dev.close_zone(z.index)
+def test_open_close_finish_reset(zbd_dev):
+    z = seq_zones(zbd_dev)[3]
+    zbd_dev.open_zone(z.index)
+    assert zbd_dev.zone(z.index).cond is ZoneCondition.EXPLICIT_OPEN
+    zbd_dev.close_zone(z.index)
     # Closing an opened zone with nothing written: null_blk makes it EMPTY, QEMU's ZNS CLOSED.
-    assert dev.zone(z.index).cond in (ZoneCondition.EMPTY, ZoneCondition.CLOSED)
-    dev.write(z.start, block(dev, 7, 2))
-    dev.close_zone(z.index)
-    assert dev.zone(z.index).cond is ZoneCondition.CLOSED
-    dev.close_zone(z.index)  # closing a closed zone is a no-op, as on the emulated drive
-    dev.write(z.start + 2 * dev.info.physical_block_size, block(dev, 8))  # reopens implicitly
-    assert dev.zone(z.index).cond is ZoneCondition.IMPLICIT_OPEN
-    dev.finish_zone(z.index)
-    full = dev.zone(z.index)
+    assert zbd_dev.zone(z.index).cond in (ZoneCondition.EMPTY, ZoneCondition.CLOSED)
+    zbd_dev.write(z.start, block(zbd_dev, 7, 2))
+    zbd_dev.close_zone(z.index)
+    assert zbd_dev.zone(z.index).cond is ZoneCondition.CLOSED
+    zbd_dev.close_zone(z.index)  # closing a closed zone is a no-op, as on the emulated drive
+    zbd_dev.write(z.start + 2 * zbd_dev.info.physical_block_size, block(zbd_dev, 8))  # reopens implicitly
+    assert zbd_dev.zone(z.index).cond is ZoneCondition.IMPLICIT_OPEN
+    zbd_dev.finish_zone(z.index)
+    full = zbd_dev.zone(z.index)
     assert full.cond is ZoneCondition.FULL and full.remaining == 0
-    assert dev.read(z.start, 3 * dev.info.physical_block_size) == block(dev, 7, 2) + block(dev, 8)
+    assert zbd_dev.read(z.start, 3 * zbd_dev.info.physical_block_size) == block(zbd_dev, 7, 2) + block(zbd_dev, 8)
     with pytest.raises(ZoneCapacityError):
-        dev.write(full.start + 3 * dev.info.physical_block_size, block(dev, 9))
-    dev.reset_zone(z.index)
-    again = dev.zone(z.index)
+        zbd_dev.write(full.start + 3 * zbd_dev.info.physical_block_size, block(zbd_dev, 9))
+    zbd_dev.reset_zone(z.index)
+    again = zbd_dev.zone(z.index)
     assert again.cond is ZoneCondition.EMPTY and again.wp == z.start
     with pytest.raises(OutOfRangeError):
-        dev.read(z.start, 1)
-    conv = [zz for zz in dev.report_zones() if not zz.is_sequential]
+        zbd_dev.read(z.start, 1)
+    conv = [zz for zz in zbd_dev.report_zones() if not zz.is_sequential]
     if conv:
-        for op in (dev.reset_zone, dev.finish_zone, dev.open_zone, dev.close_zone):
+        for op in (zbd_dev.reset_zone, zbd_dev.finish_zone, zbd_dev.open_zone, zbd_dev.close_zone):
             with pytest.raises(ZoneStateError):
                 op(conv[0].index)
 
 
 @zoned
-def test_open_and_active_limits_are_the_devices_own(dev, zpath, monkeypatch):
-    info = dev.info
+def test_open_and_active_limits_are_the_devices_own(zbd_dev, zbd_path, monkeypatch):
+    info = zbd_dev.info
     max_open, max_active = info.max_open_zones, info.max_active_zones
     if not max_open:
         pytest.skip(f"{info.path} has no open-zone limit")
-    zones = seq_zones(dev)
-    audit = WriteAudit(zpath, monkeypatch)
+    zones = seq_zones(zbd_dev)
+    audit = WriteAudit(zbd_path, monkeypatch)
     try:
         for z in zones[:max_open]:
-            dev.write(z.start, block(dev, 1))
+            zbd_dev.write(z.start, block(zbd_dev, 1))
         n = len(audit.writes)
         with pytest.raises(ZoneResourceError):
-            dev.write(zones[max_open].start, block(dev, 1))
+            zbd_dev.write(zones[max_open].start, block(zbd_dev, 1))
         with pytest.raises(ZoneResourceError):
-            dev.open_zone(zones[max_open].index)
+            zbd_dev.open_zone(zones[max_open].index)
         assert len(audit.writes) == n, "a write over the open limit reached the device"
-        conds = [z.cond for z in dev.report_zones()]
+        conds = [z.cond for z in zbd_dev.report_zones()]
         assert sum(c.is_open for c in conds) == max_open
         if max_active:
             # Close zones to make room for new open ones until the active limit is reached.
             for z in zones[: max_active - max_open]:
-                dev.close_zone(z.index)
+                zbd_dev.close_zone(z.index)
             for z in zones[max_open:max_active]:
-                dev.write(z.start, block(dev, 2))
-            dev.close_zone(zones[max_open].index)
+                zbd_dev.write(z.start, block(zbd_dev, 2))
+            zbd_dev.close_zone(zones[max_open].index)
             with pytest.raises(ZoneResourceError):
-                dev.write(zones[max_active].start, block(dev, 3))  # a new active zone
+                zbd_dev.write(zones[max_active].start, block(zbd_dev, 3))  # a new active zone
             with pytest.raises(ZoneResourceError):
-                dev.finish_zone(zones[max_active].index)  # finishing an EMPTY one too
+                zbd_dev.finish_zone(zones[max_active].index)  # finishing an EMPTY one too
             # A CLOSED zone is already active: writing to it again is fine.
-            dev.write(dev.zone(zones[max_open].index).wp, block(dev, 4))
+            zbd_dev.write(zbd_dev.zone(zones[max_open].index).wp, block(zbd_dev, 4))
             freed, new = zones[max_open], zones[max_active]
         else:
             freed, new = zones[0], zones[max_open]
-        dev.finish_zone(freed.index)  # FINISH frees the open (and active) slot
-        dev.write(new.start, block(dev, 5))
-        conds = [z.cond for z in dev.report_zones()]
+        zbd_dev.finish_zone(freed.index)  # FINISH frees the open (and active) slot
+        zbd_dev.write(new.start, block(zbd_dev, 5))
+        conds = [z.cond for z in zbd_dev.report_zones()]
         assert sum(c.is_open for c in conds) <= max_open
         if max_active:
             assert sum(c.is_active for c in conds) <= max_active
@@ -300,67 +282,67 @@ def test_open_and_active_limits_are_the_devices_own(dev, zpath, monkeypatch):
 
 
 @zoned
-def test_conventional_zones_take_random_aligned_writes(dev):
-    conv = [z for z in dev.report_zones() if not z.is_sequential]
+def test_conventional_zones_take_random_aligned_writes(zbd_dev):
+    conv = [z for z in zbd_dev.report_zones() if not z.is_sequential]
     if not conv:
-        pytest.skip(f"{dev.info.path} has no conventional zones")
-    pbs = dev.info.physical_block_size
+        pytest.skip(f"{zbd_dev.info.path} has no conventional zones")
+    pbs = zbd_dev.info.physical_block_size
     z = conv[-1]
-    dev.write(z.start + 5 * pbs, block(dev, 1))
-    dev.write(z.start + 2 * pbs, block(dev, 2))
-    dev.write(z.start + 5 * pbs, block(dev, 3))  # overwrite
-    assert dev.read(z.start + 5 * pbs, pbs) == block(dev, 3)
-    assert dev.read(z.start + 2 * pbs, pbs) == block(dev, 2)
+    zbd_dev.write(z.start + 5 * pbs, block(zbd_dev, 1))
+    zbd_dev.write(z.start + 2 * pbs, block(zbd_dev, 2))
+    zbd_dev.write(z.start + 5 * pbs, block(zbd_dev, 3))  # overwrite
+    assert zbd_dev.read(z.start + 5 * pbs, pbs) == block(zbd_dev, 3)
+    assert zbd_dev.read(z.start + 2 * pbs, pbs) == block(zbd_dev, 2)
     with pytest.raises(ZoneCapacityError):
-        dev.write(z.start + z.size - pbs, block(dev, 1, 2))
+        zbd_dev.write(z.start + z.size - pbs, block(zbd_dev, 1, 2))
     with pytest.raises(UnalignedIOError):
-        dev.write(z.start + 512, block(dev, 1))
+        zbd_dev.write(z.start + 512, block(zbd_dev, 1))
 
 
 @zoned
-def test_direct_io_with_unaligned_user_buffers_and_small_bounce_chunks(zpath):
+def test_direct_io_with_unaligned_user_buffers_and_small_bounce_chunks(zbd_path):
     from zonestore.zbd import ZbdZonedDevice
 
-    with ZbdZonedDevice(zpath, chunk_size=8192) as dev:
-        reset_all(dev)
-        assert fcntl.fcntl(dev.fileno(), fcntl.F_GETFL) & os.O_DIRECT
-        pbs = dev.info.physical_block_size
-        z = seq_zones(dev)[4]
+    with ZbdZonedDevice(zbd_path, chunk_size=8192) as zbd_dev:
+        reset_all(zbd_dev)
+        assert fcntl.fcntl(zbd_dev.fileno(), fcntl.F_GETFL) & os.O_DIRECT
+        pbs = zbd_dev.info.physical_block_size
+        z = seq_zones(zbd_dev)[4]
         raw = bytearray(os.urandom(7 * pbs + 1))
         data = memoryview(raw)[1:]  # deliberately not page aligned
-        dev.write(z.start, data)
-        assert dev.zone(z.index).wp == z.start + 7 * pbs
-        assert dev.read(z.start, 7 * pbs) == bytes(data)
-        assert dev.read(z.start + 3, 5 * pbs) == bytes(data[3:3 + 5 * pbs])
-        reset_all(dev)
+        zbd_dev.write(z.start, data)
+        assert zbd_dev.zone(z.index).wp == z.start + 7 * pbs
+        assert zbd_dev.read(z.start, 7 * pbs) == bytes(data)
+        assert zbd_dev.read(z.start + 3, 5 * pbs) == bytes(data[3:3 + 5 * pbs])
+        reset_all(zbd_dev)
 
 
 @zoned
-def test_data_and_write_pointers_survive_close_and_reopen(zpath):
+def test_data_and_write_pointers_survive_close_and_reopen(zbd_path):
     from zonestore.zbd import ZbdZonedDevice
 
-    with ZbdZonedDevice(zpath) as dev:
-        reset_all(dev)
-        z = seq_zones(dev)[5]
-        data = os.urandom(2 * dev.info.physical_block_size)
-        dev.write(z.start, data)
-        dev.sync()
-    with ZbdZonedDevice(zpath) as dev:
-        back = dev.zone(z.index)
+    with ZbdZonedDevice(zbd_path) as zbd_dev:
+        reset_all(zbd_dev)
+        z = seq_zones(zbd_dev)[5]
+        data = os.urandom(2 * zbd_dev.info.physical_block_size)
+        zbd_dev.write(z.start, data)
+        zbd_dev.sync()
+    with ZbdZonedDevice(zbd_path) as zbd_dev:
+        back = zbd_dev.zone(z.index)
         assert back.wp == z.start + len(data)
         assert back.cond in (ZoneCondition.IMPLICIT_OPEN, ZoneCondition.CLOSED)
-        assert dev.read(z.start, len(data)) == data
+        assert zbd_dev.read(z.start, len(data)) == data
         with pytest.raises(WritePointerError):
-            dev.write(z.start, data)
-        reset_all(dev)
+            zbd_dev.write(z.start, data)
+        reset_all(zbd_dev)
 
 
 @zoned
-def test_second_exclusive_open_is_refused(dev, zpath):
+def test_second_exclusive_open_is_refused(zbd_dev, zbd_path):
     from zonestore.zbd import ZbdZonedDevice
 
     with pytest.raises(OSError) as ei:
-        ZbdZonedDevice(zpath)
+        ZbdZonedDevice(zbd_path)
     assert ei.value.errno == errno.EBUSY
 
 
@@ -388,14 +370,14 @@ def test_a_plain_block_device_is_refused_in_one_line():
 
 
 @zoned
-async def test_cli_drive_info_and_fsck_on_a_zoned_block_device(zpath, tmp_path):
+async def test_cli_drive_info_and_fsck_on_a_zoned_block_device(zbd_path, tmp_path):
     import json
 
     from zonestore.zbd import ZbdZonedDevice
     from zonestore.zonelog import ZoneLog
 
     idx = tmp_path / "index.sqlite"
-    with ZbdZonedDevice(zpath) as d:
+    with ZbdZonedDevice(zbd_path) as d:
         reset_all(d)
         log = await ZoneLog.open(d, idx, background_reclaim=False)
         for i in range(5):
@@ -408,14 +390,14 @@ async def test_cli_drive_info_and_fsck_on_a_zoned_block_device(zpath, tmp_path):
         return subprocess.run([sys.executable, "-m", "gateway.cli", "drive", *args],
                               capture_output=True, text=True, timeout=120)
 
-    res = cli("info", zpath, "--json")
+    res = cli("info", zbd_path, "--json")
     assert res.returncode == 0, res.stderr
     shown = json.loads(res.stdout)
     assert shown["info"]["backend"] == "zbd"
     assert shown["info"]["max_open_zones"] == info.max_open_zones
     assert shown["info"]["nr_zones"] == info.nr_zones
-    res = cli("fsck", zpath, "--index", str(idx), "--quiet")
+    res = cli("fsck", zbd_path, "--index", str(idx), "--quiet")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "index matches the zones" in res.stdout
-    with ZbdZonedDevice(zpath) as d:
+    with ZbdZonedDevice(zbd_path) as d:
         reset_all(d)

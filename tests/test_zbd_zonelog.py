@@ -22,7 +22,7 @@ import pytest
 
 from tests.zoned import procaudit
 from tests.zoned.crash_writer import TUNING, payload
-from tests.zoned.support import WriteAudit, device_params, reset_all
+from tests.zoned.support import WriteAudit, reset_all
 from zonestore.device import ZoneCondition
 from zonestore.errors import CorruptRecord, InvalidRange, RecordNotFound
 
@@ -32,26 +32,9 @@ KiB, MiB = 1024, 1024 * 1024
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(params=device_params())
-def zpath(request):
-    return request.param
-
-
 @pytest.fixture
-def dev(zpath):
-    from zonestore.zbd import ZbdZonedDevice
-
-    d = ZbdZonedDevice(zpath)
-    reset_all(d)
-    yield d
-    if not d.closed:
-        reset_all(d)
-        d.close()
-
-
-@pytest.fixture
-def audit(zpath, monkeypatch):
-    a = WriteAudit(zpath, monkeypatch)
+def audit(zbd_path, monkeypatch):
+    a = WriteAudit(zbd_path, monkeypatch)
     yield a
     a.close()
 
@@ -79,8 +62,8 @@ def check_audit(audit: WriteAudit, dev) -> None:
     assert [w for w in audit.writes if w.zone_type == 1] == [], "the log wrote a conventional zone"
 
 
-async def test_puts_ranged_gets_replace_delete_and_scan(dev, audit, tmp_path):
-    log = await open_log(dev, tmp_path / "index.sqlite")
+async def test_puts_ranged_gets_replace_delete_and_scan(zbd_dev, audit, tmp_path):
+    log = await open_log(zbd_dev, tmp_path / "index.sqlite")
     sizes = [0, 1, 4095, 4096, 64 * KiB + 1, 300 * KiB]
     for i, n in enumerate(sizes):
         info = await log.put(f"r{i}", payload(f"r{i}", n), stream="s", meta=b"m%d" % i)
@@ -88,12 +71,12 @@ async def test_puts_ranged_gets_replace_delete_and_scan(dev, audit, tmp_path):
     # Bigger than a zone's capacity (6 MiB on the ZNS namespace, 8 MiB on null_blk).
     big = payload("big", 9 * MiB + 4321)
     await log.put("big", pieces(big, 100_000), stream="big", length=len(big))
-    zones = {e.offset // dev.info.zone_size for e in log.index.lookup("big").extents}
+    zones = {e.offset // zbd_dev.info.zone_size for e in log.index.lookup("big").extents}
     assert len(zones) >= 2, "the big record should span zones"
     for i, n in enumerate(sizes):
         assert await read_all(log, f"r{i}") == payload(f"r{i}", n)
         assert (await log.head(f"r{i}")).meta == b"m%d" % i
-    cap = dev.zone(min(zones)).capacity
+    cap = zbd_dev.zone(min(zones)).capacity
     for off, ln in [(0, 1), (cap - 5, 10), (cap - 1, 2 * MiB), (len(big) - 1, 1), (7, None),
                     (len(big), 3)]:
         want = big[off:] if ln is None else big[off:off + ln]
@@ -108,14 +91,14 @@ async def test_puts_ranged_gets_replace_delete_and_scan(dev, audit, tmp_path):
         await log.head("r2")
     assert [r.id for r in log.scan("r")] == ["r0", "r1", "r3", "r4", "r5"]
     await log.close()
-    check_audit(audit, dev)
+    check_audit(audit, zbd_dev)
 
 
-async def test_reopen_and_index_rebuilt_by_scan_equals_the_live_one(dev, audit, tmp_path):
+async def test_reopen_and_index_rebuilt_by_scan_equals_the_live_one(zbd_dev, audit, tmp_path):
     from zonestore.fsck import fsck
 
     idx = tmp_path / "index.sqlite"
-    log = await open_log(dev, idx)
+    log = await open_log(zbd_dev, idx)
     rng = random.Random(7)
     live: dict[str, tuple[int, int]] = {}  # id -> (version, size) of the current record
     for i in range(60):
@@ -128,30 +111,30 @@ async def test_reopen_and_index_rebuilt_by_scan_equals_the_live_one(dev, audit, 
         await log.put(rid, payload(f"{rid}/{i}", n), stream=f"s{i % 3}")
         live[rid] = (i, n)
     await log.close()
-    diffs, stats = fsck(dev, idx)
+    diffs, stats = fsck(zbd_dev, idx)
     assert diffs == [], diffs
     assert stats.records > 0
     # Lose the index entirely: the log rebuilds it from the zones.
     for suffix in ("", "-wal", "-shm"):
         Path(str(idx) + suffix).unlink(missing_ok=True)
-    log = await open_log(dev, idx)
+    log = await open_log(zbd_dev, idx)
     assert sorted(r.id for r in log.scan()) == sorted(live)
     for rid, (version, n) in live.items():
         assert await read_all(log, rid) == payload(f"{rid}/{version}", n)
     await log.put("after", b"still writable", stream="s")
     await log.close()
-    check_audit(audit, dev)
+    check_audit(audit, zbd_dev)
 
 
-async def test_reclaim_resets_dead_zones_and_evacuates_garbage_on_the_device(dev, audit,
+async def test_reclaim_resets_dead_zones_and_evacuates_garbage_on_the_device(zbd_dev, audit,
                                                                              tmp_path):
-    log = await open_log(dev, tmp_path / "index.sqlite")
+    log = await open_log(zbd_dev, tmp_path / "index.sqlite")
     rec = 1 * MiB
-    n = 2 * (dev.zone(dev.report_zones()[-1].index).capacity // rec) + 2
+    n = 2 * (zbd_dev.zone(zbd_dev.report_zones()[-1].index).capacity // rec) + 2
     for i in range(n):  # two whole zones and a bit of each stream
         await log.put(f"keep{i}", payload(f"keep{i}", rec // 2), stream="keep")
         await log.put(f"drop{i}", payload(f"drop{i}", rec), stream="drop")
-    drop_zones = {e.offset // dev.info.zone_size for i in range(n)
+    drop_zones = {e.offset // zbd_dev.info.zone_size for i in range(n)
                   for e in log.index.lookup(f"drop{i}").extents}
     for i in range(n):
         await log.delete(f"drop{i}")
@@ -160,7 +143,7 @@ async def test_reclaim_resets_dead_zones_and_evacuates_garbage_on_the_device(dev
         await log.delete(f"keep{i}")
     res = await log.reclaim(min_garbage=0.3)
     assert res.zones_reset + res.zones_evacuated >= 2 and not res.failed_zones, res
-    zones = {z.index: z for z in dev.report_zones()}
+    zones = {z.index: z for z in zbd_dev.report_zones()}
     reset = [z for z in drop_zones if zones[z].cond is ZoneCondition.EMPTY]
     assert reset, "no zone of the deleted stream was reset on the device"
     for i in range(1, n, 2):
@@ -169,13 +152,13 @@ async def test_reclaim_resets_dead_zones_and_evacuates_garbage_on_the_device(dev
     assert res.zones_evacuated >= 1 and res.bytes_copied > 0
     assert st.gc_bytes_copied >= res.bytes_copied  # headers included
     await log.close()
-    check_audit(audit, dev)
+    check_audit(audit, zbd_dev)
 
 
-async def test_reclaim_under_concurrent_puts_and_gets_loses_nothing(dev, audit, tmp_path):
-    log = await open_log(dev, tmp_path / "index.sqlite")
+async def test_reclaim_under_concurrent_puts_and_gets_loses_nothing(zbd_dev, audit, tmp_path):
+    log = await open_log(zbd_dev, tmp_path / "index.sqlite")
     rec = 512 * KiB
-    n = 2 * (dev.report_zones()[-1].capacity // rec) + 4
+    n = 2 * (zbd_dev.report_zones()[-1].capacity // rec) + 4
     done: dict[str, int] = {}
     for i in range(n):
         await log.put(f"old{i}", payload(f"old{i}", rec), stream="old")
@@ -213,28 +196,28 @@ async def test_reclaim_under_concurrent_puts_and_gets_loses_nothing(dev, audit, 
         assert await read_all(log, rid) == payload(rid, size), rid
     assert sorted(r.id for r in log.scan(limit=10_000)) == sorted(done)
     await log.close()
-    check_audit(audit, dev)
+    check_audit(audit, zbd_dev)
 
 
-async def test_bytes_rewritten_on_the_device_are_detected(dev, tmp_path):
+async def test_bytes_rewritten_on_the_device_are_detected(zbd_dev, tmp_path):
     """Bit rot on a zoned drive: rewrite a zone (reset + rewrite at the WP) with a flipped byte."""
     idx = tmp_path / "index.sqlite"
-    log = await open_log(dev, idx, chunk_size=64 * KiB)  # CRC per 64 KiB chunk
+    log = await open_log(zbd_dev, idx, chunk_size=64 * KiB)  # CRC per 64 KiB chunk
     data = payload("victim", 200 * KiB)
     await log.put("victim", data, stream="s")
     await log.put("small", b"tiny record", stream="s")
     ext = log.index.lookup("victim").extents[0]
     await log.close()
-    zi = ext.offset // dev.info.zone_size
-    z = dev.zone(zi)
-    image = bytearray(dev.read(z.start, z.written))
+    zi = ext.offset // zbd_dev.info.zone_size
+    z = zbd_dev.zone(zi)
+    image = bytearray(zbd_dev.read(z.start, z.written))
     pos = image.find(data[100_000:100_016])
     assert pos >= 0
     image[pos + 3] ^= 0x40
-    dev.reset_zone(zi)
-    dev.write(z.start, bytes(image))
-    dev.close_zone(zi)
-    log = await open_log(dev, idx, chunk_size=64 * KiB)
+    zbd_dev.reset_zone(zi)
+    zbd_dev.write(z.start, bytes(image))
+    zbd_dev.close_zone(zi)
+    log = await open_log(zbd_dev, idx, chunk_size=64 * KiB)
     with pytest.raises(CorruptRecord):
         await read_all(log, "victim")
     assert await read_all(log, "victim", 0, 1000) == data[:1000]
@@ -243,12 +226,12 @@ async def test_bytes_rewritten_on_the_device_are_detected(dev, tmp_path):
     await log.close()
 
 
-async def test_many_streams_stay_within_the_devices_open_and_active_limits(dev, audit,
+async def test_many_streams_stay_within_the_devices_open_and_active_limits(zbd_dev, audit,
                                                                            tmp_path):
-    info = dev.info
+    info = zbd_dev.info
     if not info.max_open_zones:
         pytest.skip(f"{info.path} has no open-zone limit")
-    log = await open_log(dev, tmp_path / "index.sqlite")
+    log = await open_log(zbd_dev, tmp_path / "index.sqlite")
     streams = info.max_open_zones + 6
     # Our backend refuses any write over the limits, so a put that tried would fail here.
     await asyncio.gather(*(log.put(f"s{i}-{j}", payload(f"s{i}-{j}", 40 * KiB), stream=f"s{i}")
@@ -256,7 +239,7 @@ async def test_many_streams_stay_within_the_devices_open_and_active_limits(dev, 
     for i in range(streams):
         for j in range(3):
             assert await read_all(log, f"s{i}-{j}") == payload(f"s{i}-{j}", 40 * KiB)
-    conds = [z.cond for z in dev.report_zones()]
+    conds = [z.cond for z in zbd_dev.report_zones()]
     assert sum(c.is_open for c in conds) <= info.max_open_zones
     if info.max_active_zones:
         assert sum(c.is_active for c in conds) <= info.max_active_zones
@@ -264,13 +247,13 @@ async def test_many_streams_stay_within_the_devices_open_and_active_limits(dev, 
     assert (st.max_open_zones, st.max_active_zones) == (info.max_open_zones,
                                                         info.max_active_zones)
     await log.close()
-    check_audit(audit, dev)
+    check_audit(audit, zbd_dev)
 
 
-async def test_writer_killed_with_sigkill_loses_no_acknowledged_record(zpath, tmp_path):
+async def test_writer_killed_with_sigkill_loses_no_acknowledged_record(zbd_path, tmp_path):
     from zonestore.zbd import ZbdZonedDevice
 
-    with ZbdZonedDevice(zpath) as d:
+    with ZbdZonedDevice(zbd_path) as d:
         reset_all(d)
     idx = tmp_path / "index.sqlite"
     acked: set[str] = set()
@@ -279,7 +262,7 @@ async def test_writer_killed_with_sigkill_loses_no_acknowledged_record(zpath, tm
     rng = random.Random(11)
     for rnd in range(2):
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.zoned.crash_writer", zpath, str(idx), f"c{rnd}",
+            sys.executable, "-m", "tests.zoned.crash_writer", zbd_path, str(idx), f"c{rnd}",
             str(audit_log),
             cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         target, n = rng.randint(3, 25), 0
@@ -311,7 +294,7 @@ async def test_writer_killed_with_sigkill_loses_no_acknowledged_record(zpath, tm
         writes = procaudit.read(audit_log)
         assert writes, "the audit saw no writes"
         assert [w for w in writes if w.zone_type != 1 and w.offset != w.device_wp] == []
-        with ZbdZonedDevice(zpath) as d:
+        with ZbdZonedDevice(zbd_path) as d:
             log = await open_log(d, idx)
             for rid in sorted(acked):
                 assert await read_all(log, rid) == payload(rid, begun[rid]), rid
@@ -328,5 +311,5 @@ async def test_writer_killed_with_sigkill_loses_no_acknowledged_record(zpath, tm
             assert await read_all(log, f"after{rnd}") == b"y" * 5000
             await log.close()
     assert len(acked) >= 6
-    with ZbdZonedDevice(zpath) as d:
+    with ZbdZonedDevice(zbd_path) as d:
         reset_all(d)

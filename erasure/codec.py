@@ -206,6 +206,23 @@ class Codec:
         except Exception as e:
             raise CodecError(f"bad fragment header: {e}") from e
 
+    def check_fragment(self, header: bytes | memoryview, index: int, segment_length: int
+                       ) -> None:
+        """CodecError unless `header` (a fragment's first HEADER_SIZE + 1 bytes) is intact
+        (pyeclib checks its checksum) and describes fragment `index` of a segment of
+        `segment_length` bytes: what decoding from the data fragments would check, for
+        readers that take a systematic code's data straight from the fragments."""
+        try:
+            meta = self.driver.get_metadata(bytes(header), formatted=True)
+        except Exception as e:
+            raise CodecError(f"bad fragment header: {e}") from e
+        want = self.fragment_size(segment_length) - HEADER_SIZE
+        if (int(meta["index"]) != index or int(meta["orig_data_size"]) != segment_length
+                or int(meta["size"]) != want):
+            raise CodecError(f"fragment header says index {meta['index']}, "
+                             f"{meta['orig_data_size']} segment bytes, {meta['size']} fragment "
+                             f"bytes; expected {index}, {segment_length}, {want}")
+
     def split_archive_range(self, part_length: int, plan: RangePlan, data: bytes | memoryview
                             ) -> list[memoryview]:
         """Cut the archive bytes of a plan into one fragment per segment."""

@@ -9,7 +9,6 @@ down, a successful request or health check marks it up again.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import secrets
@@ -261,6 +260,7 @@ class RecordReader:
         self.resp: aiohttp.ClientResponse | None = None
         self.head: RecordHead | None = None
         self.expected = 0
+        self._rest: memoryview | None = None  # the unread tail of the last chunk
 
     async def __aenter__(self) -> RecordReader:
         c = self.client
@@ -284,27 +284,60 @@ class RecordReader:
         self.expected = max(0, end - self.start)
         return self
 
+    async def take(self, n: int) -> list[memoryview]:
+        """The next n bytes of the body as views of the chunks received, copying nothing; a
+        short body (the node aborts on a bad CRC) → RecordCorrupt."""
+        assert self.resp is not None
+        pieces: list[memoryview] = []
+        need = n
+        while need:
+            chunk = self._rest
+            if chunk is None:
+                chunk = await self._next_chunk(n - need, n)
+            if len(chunk) > need:
+                pieces.append(chunk[:need])
+                self._rest = chunk[need:]
+                need = 0
+            else:
+                pieces.append(chunk)
+                self._rest = None
+                need -= len(chunk)
+        self.client.bytes_read += n
+        return pieces
+
     async def read_exactly(self, n: int) -> bytes:
         """n bytes of the body; a short body (the node aborts on a bad CRC) → RecordCorrupt."""
+        pieces = await self.take(n)
+        if len(pieces) == 1 and len(pieces[0]) == len(pieces[0].obj):
+            return pieces[0].obj  # a whole received chunk: no copy
+        return b"".join(pieces)
+
+    async def _next_chunk(self, have: int, n: int) -> memoryview:
+        """One chunk as received (no copy, unlike readexactly's slices and joins)."""
         assert self.resp is not None
         try:
-            data = await self.resp.content.readexactly(n)
-            self.client.bytes_read += n
-            return data
-        except asyncio.IncompleteReadError as e:
+            data, _ = await self.resp.content.readchunk()
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            raise await self._failed(e) from None
+        except RuntimeError as e:  # aiohttp's "Connection closed." when waiting on a dead one
+            if "closed" not in str(e):
+                raise
+            raise self.client._down(e) from None
+        if not data:
             raise RecordCorrupt(self.client.id, 0, "short_body",
-                                f"{self.record_id}: body ended early ({len(e.partial)} of {n})"
-                                ) from None
-        except aiohttp.ClientPayloadError as e:
+                                f"{self.record_id}: body ended early ({have} of {n})")
+        return memoryview(data)
+
+    async def _failed(self, e: BaseException) -> NodeError:
+        if isinstance(e, aiohttp.ClientPayloadError):
             # The node cuts a stream whose CRC fails; a node that dies mid-body looks the same
             # from here. Tell them apart by asking whether the node is still there.
             if await self.client.check():
-                raise RecordCorrupt(self.client.id, 0, "short_body",
-                                    f"{self.record_id}: stream cut by the node ({e})") from None
-            raise NodeUnavailable(self.client.id, 0, "unavailable",
-                                  self.client.last_error or str(e)) from e
-        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
-            raise self.client._down(e) from e
+                return RecordCorrupt(self.client.id, 0, "short_body",
+                                     f"{self.record_id}: stream cut by the node ({e})")
+            return NodeUnavailable(self.client.id, 0, "unavailable",
+                                   self.client.last_error or str(e))
+        return self.client._down(e)
 
     async def _close(self) -> None:
         if self._cm is not None:

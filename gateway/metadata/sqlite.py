@@ -11,6 +11,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,11 @@ MIGRATIONS: list[str] = [
 ]
 
 
+# get_object keeps parsed part lists of at least this many bytes of JSON, up to this total
+PARTS_CACHE_MIN = 4096
+PARTS_CACHE_BYTES = 16 * 1024 * 1024
+
+
 def _k(key: str) -> bytes:
     return key.encode("utf-8", "surrogatepass")
 
@@ -83,6 +89,9 @@ class SqliteStore(MetadataStore):
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        # (bucket, key) -> (parts JSON, parsed parts), least recently used first
+        self._parts_cache: OrderedDict[tuple[str, bytes], tuple[str, list]] = OrderedDict()
+        self._parts_cache_bytes = 0
         self._migrate()
 
     # -- plumbing -------------------------------------------------------------------------
@@ -196,11 +205,12 @@ class SqliteStore(MetadataStore):
                   "checksum, '[]', NULL")
 
     @staticmethod
-    def _obj(row: tuple) -> ObjectRecord:
+    def _obj(row: tuple, parts: list[dict[str, Any]] | None = None) -> ObjectRecord:
         return ObjectRecord(
             bucket=row[0], key=_s(row[1]), size=row[2], etag=row[3], last_modified=row[4],
             owner=row[5], version=row[6], headers=json.loads(row[7]),
-            user_meta=json.loads(row[8]), checksum=json.loads(row[9]), parts=json.loads(row[10]),
+            user_meta=json.loads(row[8]), checksum=json.loads(row[9]),
+            parts=json.loads(row[10]) if parts is None else parts,
             manifest=json.loads(row[11]) if row[11] else None)
 
     def _get_obj(self, c: sqlite3.Connection, bucket: str, key: str) -> ObjectRecord | None:
@@ -209,7 +219,35 @@ class SqliteStore(MetadataStore):
         return self._obj(row) if row else None
 
     def get_object(self, bucket: str, key: str) -> ObjectRecord | None:
-        return self._get_obj(self._conn(), bucket, key)
+        """The object's record. Its `parts` list may be shared with other callers (it is
+        parsed once per stored version and kept): callers must not change it."""
+        row = self._conn().execute(
+            f"SELECT {self._OBJ_COLS} FROM objects WHERE bucket=? AND key=?",
+            (bucket, _k(key))).fetchone()
+        if row is None:
+            return None
+        raw = row[10]
+        if len(raw) < PARTS_CACHE_MIN:
+            return self._obj(row)
+        # A multipart object's parts are tens of kB of JSON, parsed for every ranged GET of
+        # it (a boto3 download_file makes one GET per 8 MiB): parse them once per version.
+        ck = (bucket, row[1])
+        with self._lock:
+            hit = self._parts_cache.get(ck)
+            if hit is not None and hit[0] == raw:
+                self._parts_cache.move_to_end(ck)
+        if hit is not None and hit[0] == raw:
+            parts = hit[1]
+        else:
+            parts = json.loads(raw)
+            with self._lock:
+                old = self._parts_cache.pop(ck, None)
+                self._parts_cache_bytes += len(raw) - (len(old[0]) if old else 0)
+                self._parts_cache[ck] = (raw, parts)
+                while self._parts_cache_bytes > PARTS_CACHE_BYTES and self._parts_cache:
+                    _, (r, _p) = self._parts_cache.popitem(last=False)
+                    self._parts_cache_bytes -= len(r)
+        return self._obj(row, parts)
 
     def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
                    if_absent: bool = False, upload_id: str | None = None,

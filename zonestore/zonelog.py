@@ -55,6 +55,7 @@ __all__ = ["ZoneLog", "RecordInfo", "LogStats", "RecordNotFound", "CorruptRecord
 MiB = 1024 * 1024
 TOMBSTONE_STREAM = "\x00tombstones"  # tombstones share their own zone (not a valid stream name)
 MIN_SPLIT = 4096  # a chunk is split across zones only if at least this much still fits
+GROUP_SLACK = 64 * 1024  # a read of one chunk may take extents of this much more along
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,8 @@ class ZoneLog:
         if not 0 < chunk_size <= 0xFFFFFFFF:
             raise ValueError("chunk_size out of range")
         self.chunk_size = chunk_size
+        # Reads group a record's small extents with the one before them, within this bound.
+        self._group_max = chunk_size + GROUP_SLACK
         self.gc_reserve_zones = gc_reserve_zones
         self.reclaim_interval = reclaim_interval
         self.reclaim_free_threshold = reclaim_free_threshold
@@ -789,6 +792,18 @@ class ZoneLog:
         end = e.length if length is None else min(e.length, offset + length)
         return self._read(e, offset, end)
 
+    def _read_extents(self, exts: list[Extent]) -> list[bytes | Exception]:
+        """Worker thread: read extents in order; a failed read ends the list with its error
+        (the caller handles it where a read of that extent alone would have raised)."""
+        out: list[bytes | Exception] = []
+        for ext in exts:
+            try:
+                out.append(self.device.read(ext.offset, ext.length))
+            except Exception as exc:  # noqa: BLE001 - handed to the event loop in order
+                out.append(exc)
+                break
+        return out
+
     async def _read(self, e: Entry, pos: int, end: int) -> AsyncIterator[bytes]:
         epochs = {z: self.zone_epoch.get(z) for z in e.zone_bytes(self.zone_size)}
         base = 0
@@ -800,16 +815,45 @@ class ZoneLog:
                 i += 1
                 continue
             z = ext.offset // self.zone_size
+            # The extents needed next in the same zone, up to about one chunk, are read in
+            # one hand-off to the I/O thread: a record of a chunk and a small tail (an
+            # erasure archive of 1 MiB + its headers) costs one thread round trip, not two.
+            group = [ext]
+            size = ext.length
+            need = base + ext.length
+            while need < end and i + len(group) < len(e.extents):
+                nxt = e.extents[i + len(group)]
+                if nxt.offset // self.zone_size != z or size + nxt.length > self._group_max:
+                    break
+                group.append(nxt)
+                size += nxt.length
+                need += nxt.length
+            results = await asyncio.to_thread(self._read_extents, group)
             moved = False
-            try:
-                data = await asyncio.to_thread(self.device.read, ext.offset, ext.length)
-            except OSError:
-                if self.zone_epoch.get(z) == epochs.get(z):
-                    self.index.counters["read_errors"] += 1
-                    raise
-                moved = True
-            if not moved and self.zone_epoch.get(z) != epochs.get(z):
-                moved = True
+            for ext, data in zip(group, results, strict=False):
+                if isinstance(data, Exception):
+                    if not isinstance(data, OSError):
+                        raise data
+                    if self.zone_epoch.get(z) == epochs.get(z):
+                        self.index.counters["read_errors"] += 1
+                        raise data
+                    moved = True
+                    break
+                if self.zone_epoch.get(z) != epochs.get(z):
+                    moved = True
+                    break
+                if crc32c(data) != ext.crc:
+                    self.index.counters["crc_failures"] += 1
+                    raise CorruptRecord(
+                        f"record {e.id!r}: CRC32C mismatch in bytes {base}-"
+                        f"{base + ext.length - 1} (device offset {ext.offset})"
+                    )
+                lo = pos - base
+                hi = min(ext.length, end - base)
+                yield data if (lo == 0 and hi == ext.length) else data[lo:hi]
+                pos = base + hi
+                base += ext.length
+                i += 1
             if moved:
                 # Reclaim moved the record and reset the zone under us: follow it.
                 n = self.index.lookup(e.id)
@@ -819,19 +863,6 @@ class ZoneLog:
                 epochs = {z: self.zone_epoch.get(z) for z in e.zone_bytes(self.zone_size)}
                 base = 0
                 i = 0
-                continue
-            if crc32c(data) != ext.crc:
-                self.index.counters["crc_failures"] += 1
-                raise CorruptRecord(
-                    f"record {e.id!r}: CRC32C mismatch in bytes {base}-{base + ext.length - 1} "
-                    f"(device offset {ext.offset})"
-                )
-            lo = pos - base
-            hi = min(ext.length, end - base)
-            yield data if (lo == 0 and hi == ext.length) else data[lo:hi]
-            pos = base + hi
-            base += ext.length
-            i += 1
 
     def scan(self, prefix: str = "", after: str = "", limit: int = 1000) -> list[RecordInfo]:
         self._check_open()

@@ -113,7 +113,9 @@ class MetadataStore(abc.ABC):
 
     # objects
     @abc.abstractmethod
-    def get_object(self, bucket: str, key: str) -> ObjectRecord | None: ...
+    def get_object(self, bucket: str, key: str) -> ObjectRecord | None:
+        """The object's record; read-only for the caller (an implementation may hand the
+        same parsed `parts` list to every reader of one stored version)."""
 
     @abc.abstractmethod
     def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,

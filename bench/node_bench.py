@@ -44,7 +44,7 @@ def _cpu(pid: int) -> tuple[float, float]:
 
 
 async def _put(session: aiohttp.ClientSession, cluster: NodeCluster, rid: str, data: bytes,
-               piece: int, chunked: bool) -> None:
+               piece: int, chunked: bool, rate: float = 0.0) -> None:
     path = f"/v1/records/{rid}"
     query = {"nonce": secrets.token_hex(8)}
     headers = cluster.headers(0, "PUT", path, query, None)
@@ -54,7 +54,13 @@ async def _put(session: aiohttp.ClientSession, cluster: NodeCluster, rid: str, d
     view = memoryview(data)
 
     async def body():
+        # Paced like the gateway's fan-out: piece n leaves at start + n * piece / rate.
+        start = time.perf_counter()
         for p in range(0, len(view), piece):
+            if rate:
+                delay = start + p / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
             yield view[p:p + piece]
 
     url = f"{cluster.urls[0]}{path}?nonce={query['nonce']}"
@@ -78,7 +84,7 @@ async def _get(session: aiohttp.ClientSession, cluster: NodeCluster, rid: str,
 
 
 async def _drive(cluster: NodeCluster, total: int, record: int, concurrency: int,
-                 piece: int, chunked: bool) -> dict[str, dict[str, float]]:
+                 piece: int, chunked: bool, rate: float = 0.0) -> dict[str, dict[str, float]]:
     data = os.urandom(record)
     n = max(1, total // record)
     ids = [f"bench-{i:05d}" for i in range(n)]
@@ -93,7 +99,7 @@ async def _drive(cluster: NodeCluster, total: int, record: int, concurrency: int
                 while queue:
                     rid = queue.pop()
                     if op == "PUT":
-                        await _put(session, cluster, rid, data, piece, chunked)
+                        await _put(session, cluster, rid, data, piece, chunked, rate)
                     else:
                         await _get(session, cluster, rid, record)
 
@@ -108,7 +114,7 @@ async def _drive(cluster: NodeCluster, total: int, record: int, concurrency: int
 
 
 def run_once(src: Path | None, total: int, record: int, concurrency: int, piece: int,
-             chunked: bool) -> dict[str, dict[str, float]]:
+             chunked: bool, rate: float = 0.0) -> dict[str, dict[str, float]]:
     env = {}
     if src is not None:
         env["PYTHONPATH"] = str(src)
@@ -125,7 +131,7 @@ def run_once(src: Path | None, total: int, record: int, concurrency: int, piece:
             with NodeCluster(Path(tmp), 1, drives_per_node=2, geometry=geometry,
                              env=env) as cluster:
                 return asyncio.run(_drive(cluster, total, record, concurrency, piece,
-                                                  chunked))
+                                          chunked, rate))
         finally:
             os.chdir(cwd)
 
@@ -140,6 +146,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--content-length", action="store_true",
                     help="send Content-Length (default: chunked, as the gateway's node client)")
     ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="MB/s per PUT connection (default 0: as fast as possible); the "
+                    "gateway's fan-out reaches each node at ~20 MB/s in 128 KiB pieces")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--baseline", type=Path, help="source tree of the node to compare with")
     ap.add_argument("--json", type=Path)
@@ -152,11 +161,12 @@ def main(argv: list[str]) -> int:
         for name, src in targets:
             runs[name].append(run_once(src, args.total * MiB, int(args.record * MiB),
                                        args.concurrency, args.piece * 1024,
-                                       not args.content_length))
+                                       not args.content_length, args.rate * 1e6))
     result: dict[str, dict[str, dict[str, float]]] = {}
     print(f"{args.total} MiB of {args.record:g} MiB records in {args.piece} KiB writes, "
           f"concurrency {args.concurrency}, "
-          f"median of {args.runs} run(s)")
+          + (f"PUTs paced at {args.rate:g} MB/s per connection, " if args.rate else "")
+          + f"median of {args.runs} run(s)")
     print(f"{'node':<10} {'op':<4} {'MB/s':>8} {'node CPU s/GiB':>15} {'user':>6} {'sys':>6}")
     for name, _ in targets:
         result[name] = {}

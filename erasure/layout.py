@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,11 +76,19 @@ class PartLayout:
 def archive_meta(result: PartResult, index: int, caller: dict[str, Any], stream: str = ""
                  ) -> bytes:
     """The metadata blob stored after fragment archive `index`."""
-    return json.dumps({"v": META_VERSION, "part_uid": result.part_uid, "index": index,
-                       "stream": stream,
+    return archive_metas(result, [index], caller, stream)[0]
+
+
+def archive_metas(result: PartResult, indexes: Iterable[int], caller: dict[str, Any],
+                  stream: str = "") -> list[bytes]:
+    """archive_meta for several indexes, serialising what they share once: the blobs differ
+    only in "index", which sorts second of the keys (after "crc32c"), so each blob is that
+    prefix and the one shared tail (compact JSON with sorted keys, as json.dumps would make)."""
+    tail = json.dumps({"v": META_VERSION, "part_uid": result.part_uid, "stream": stream,
                        "scheme": result.scheme.to_dict(), "length": result.length,
-                       "crc32c": result.crc32c, "meta": caller},
-                      separators=(",", ":"), sort_keys=True).encode()
+                       "meta": caller}, separators=(",", ":"), sort_keys=True)
+    head = '{"crc32c":' + json.dumps(result.crc32c) + ',"index":'
+    return [(head + str(int(i)) + "," + tail[1:]).encode() for i in indexes]
 
 
 def parse_archive_meta(blob: bytes) -> dict[str, Any]:

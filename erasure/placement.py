@@ -14,9 +14,11 @@ stays where it is. Repair uses the same order to find a home for a fragment whos
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+
+PRIMARY_CACHE = 4096  # part placements remembered
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ class Placement:
         domains = len(set(self.domain_of.values()))
         # With fewer domains than fragments, spread them as evenly as the domains allow.
         self.per_domain = -(-width // domains)
+        # A write asks for a part's placement several times (targets, layout, repair queue):
+        # k+m x nodes hashes each time, so the last few thousand answers are kept.
+        self._primary_cache: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 
     def ranked(self, part_uid: str) -> list[str]:
         """All node ids in this part's rendezvous order (handoff order)."""
@@ -55,6 +60,18 @@ class Placement:
 
     def primary(self, part_uid: str) -> list[str]:
         """Node id for each fragment index when every node is up."""
+        cache = self._primary_cache
+        hit = cache.get(part_uid)
+        if hit is not None:
+            cache.move_to_end(part_uid)
+            return list(hit)
+        nodes = self._primary(part_uid)
+        cache[part_uid] = tuple(nodes)
+        if len(cache) > PRIMARY_CACHE:
+            cache.popitem(last=False)
+        return nodes
+
+    def _primary(self, part_uid: str) -> list[str]:
         pairs = sorted(((_score(part_uid, str(i), n.id), i, n.id)
                         for i in range(self.width) for n in self.nodes), reverse=True)
         chosen: dict[int, str] = {}

@@ -21,7 +21,7 @@ import crc32c
 
 from erasure.codec import segments
 from erasure.errors import QuorumError
-from erasure.layout import PartLayout, PartResult, archive_id, archive_meta
+from erasure.layout import PartLayout, PartResult, archive_id, archive_metas
 from erasure.nodeclient import NodeClient, NodeError, NodeUnavailable
 from zonestore.ids import validate_record_id
 
@@ -153,8 +153,9 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
             raise ValueError(f"part body ended after {total} of its announced {length} bytes")
         result = PartResult(part_uid, length, crc, scheme)
         caller = meta(result)
-        for i, s in sinks.items():
-            s.meta = archive_meta(result, i, caller, stream)
+        blobs = archive_metas(result, sinks, caller, stream)
+        for s, blob in zip(sinks.values(), blobs, strict=True):
+            s.meta = blob
             if len(s.meta) > MAX_META:
                 raise ValueError(f"part metadata is {len(s.meta)} bytes as JSON, the limit is "
                                  f"{MAX_META}")

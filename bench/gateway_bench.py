@@ -264,6 +264,21 @@ class Row:
         return cpu / (self.nbytes / GiB) if self.nbytes else 0.0
 
 
+def settle(targets: list[Target], quiet: float = 0.05, timeout: float = 30.0) -> None:
+    """Wait until every server is idle: the gateway frees deleted objects' fragments and its
+    nodes reclaim zones in the background, work that would otherwise be billed to whichever
+    measurement runs next (quiet: CPU cores in use, summed over all servers)."""
+    roots = [pid for t in targets for pids in t.roles().values() for pid in pids]
+    deadline = time.monotonic() + timeout
+    prev = tree_cpu(roots)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        cur = tree_cpu(roots)
+        if (cur - prev) / 0.5 < quiet:
+            return
+        prev = cur
+
+
 def measure(target: Target, client: str, op: str, nbytes: int, fn: Callable[[], None]) -> Row:
     roles = target.roles()
     before = {r: tree_cpu(p) for r, p in roles.items()}
@@ -312,9 +327,10 @@ def run_boto3(target: Target, src: Path, size: int, scratch: Path, name: str, cf
     key = f"obj-{name.replace(' ', '-')}"
     dst = scratch / "download.bin"
     rows = [measure(target, name, "PUT", size,
-                    lambda: s3.upload_file(str(src), BUCKET, key, Config=cfg)),
-            measure(target, name, "GET", size,
-                    lambda: s3.download_file(BUCKET, key, str(dst), Config=cfg))]
+                    lambda: s3.upload_file(str(src), BUCKET, key, Config=cfg))]
+    settle([target])
+    rows.append(measure(target, name, "GET", size,
+                        lambda: s3.download_file(BUCKET, key, str(dst), Config=cfg)))
     dst.unlink(missing_ok=True)
     try:
         s3.delete_object(Bucket=BUCKET, Key=key)
@@ -467,14 +483,17 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"run {run + 1} of {args.runs}", flush=True)
                 if "pipeline" not in skip:
                     rows.append(run_pipeline(src, size, work))
+                everyone = [t for t, _, _ in plan]
                 for cname, cfg in transfer_configs().items():
                     for target, path, n in plan:
+                        settle(everyone)
                         rows += run_boto3(target, path, n, scratch, cname, cfg)
                 if "curl" not in skip and not shutil.which("curl"):
                     print("  curl: skipped (not installed)")
                 elif "curl" not in skip:
                     for target, path, n in plan:
                         if target.name in ("gateway", "null"):
+                            settle(everyone)
                             rows += run_curl(target, path, n)
         finally:
             for target, _, _ in plan:

@@ -31,6 +31,7 @@ log = logging.getLogger("zonegate.storage")
 
 MANIFEST_PART = 0
 COALESCE = 1024 * 1024
+PREFETCH = 2 * 1024 * 1024  # bytes before a part's end at which a read opens the next part
 
 
 def new_version() -> str:
@@ -153,19 +154,59 @@ class Storage:
     async def read(self, parts: list[dict[str, Any]], offset: int, length: int
                    ) -> AsyncIterator[bytes]:
         """Bytes [offset, offset+length) of an object made of `parts` (in order); only the
-        parts (and, inside the erasure layer, the segments) that overlap are fetched."""
+        parts (and, inside the erasure layer, the segments) that overlap are fetched.
+
+        Across a part boundary the next part's fragment streams are opened, and its first
+        segment fetched, while the last PREFETCH bytes of the current part are still being
+        sent: no pause of a node round trip at each boundary of a multipart object."""
+        spans: list[tuple[dict[str, Any], int, int]] = []  # (layout, offset in part, length)
         pos = 0
         end = offset + length
         for p in parts:
             size = int(p["size"])
             lo, hi = max(offset, pos), min(end, pos + size)
             if lo < hi:
-                async for chunk in self.cluster.read_part(self._layout(p["layout"]), lo - pos,
-                                                          hi - lo):
-                    yield chunk
+                spans.append((p["layout"], lo - pos, hi - lo))
             pos += size
             if pos >= end:
                 break
+        ahead: asyncio.Task | None = None      # the next part's first chunk, being fetched
+        nxt: AsyncIterator[bytes] | None = None
+        cur: AsyncIterator[bytes] | None = None
+        try:
+            for i, (layout, off, n) in enumerate(spans):
+                pending: bytes | None = None
+                if nxt is None:
+                    cur = self.cluster.read_part(self._layout(layout), off, n)
+                else:
+                    cur, nxt = nxt, None
+                    assert ahead is not None
+                    pending, ahead = await ahead, None
+                left = n
+                while True:
+                    if pending is None:
+                        chunk = await anext(cur, None)
+                        if chunk is None:
+                            break
+                    else:
+                        chunk, pending = pending, None
+                    left -= len(chunk)
+                    if ahead is None and left <= PREFETCH and i + 1 < len(spans):
+                        nl, noff, nn = spans[i + 1]
+                        nxt = self.cluster.read_part(self._layout(nl), noff, nn)
+                        ahead = asyncio.ensure_future(anext(nxt, None))
+                        await asyncio.sleep(0)  # let it send its node requests now
+                    yield chunk
+                cur = None
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+                await asyncio.wait([ahead])  # its reader closes its node streams as it ends
+                if not ahead.cancelled():
+                    ahead.exception()  # retrieved: the read was abandoned, nobody wants it
+            for it in (cur, nxt):
+                if it is not None:
+                    await aclose_quietly(it)
 
     async def open_read(self, parts: list[dict[str, Any]], offset: int, length: int
                         ) -> AsyncIterator[bytes]:

@@ -119,3 +119,83 @@ def test_parsed_parts_are_reused_and_never_stale(tmp_path, monkeypatch) -> None:
     finally:
         store.close()
         other.close()
+
+
+# ---- Storage.read across parts, on real node processes ------------------------------------
+
+@pytest.fixture(scope="module")
+def small_cluster(tmp_path_factory: pytest.TempPathFactory):
+    pytest.importorskip("zonestore.pool", reason="the node daemon needs the drive pool")
+    from erasure.config import ClusterConfig
+    from tests.nodeproc import NodeCluster
+
+    root = tmp_path_factory.mktemp("read-path")
+    with NodeCluster(root, 6, drives_per_node=1, secret="read-path-secret") as nc:
+        cfg = ClusterConfig.from_dict({
+            "secret": "read-path-secret",
+            "erasure": {"k": 4, "m": 2, "write_quorum": 5, "segment_size": 64 * 1024,
+                        "state_dir": str(root / "state"), "node_timeout": 20},
+            "nodes": [{"id": nid, "url": url, "drives": [str(d) for d in nc.drive_paths(i)]}
+                      for i, (nid, url) in enumerate(zip(nc.ids, nc.urls, strict=True))],
+        }, source="test")
+        yield cfg
+
+
+async def test_reads_across_parts_prefetch_the_next_part_and_clean_up(small_cluster,
+                                                                      monkeypatch) -> None:
+    import asyncio
+
+    from gateway import storage as storage_mod
+    from gateway.storage import Storage
+
+    monkeypatch.setattr(storage_mod, "PREFETCH", 100_000)  # a few segments, as 2 MiB is to 1 MiB
+    st = Storage.from_config(small_cluster)
+    await st.start()
+    try:
+        rng = random.Random(11)
+        sizes = [300_000, 70_000, 1, 450_001, 65_536]
+        blobs = [rng.randbytes(n) for n in sizes]
+        parts = []
+        for n, blob in enumerate(blobs, 1):
+            async def body(b: bytes = blob):
+                for i in range(0, len(b), 50_000):
+                    yield b[i:i + 50_000]
+            lay = await st.cluster.write_part(f"rp.p{n}", body(), length=len(blob), stream="t",
+                                              meta=lambda r: {})
+            parts.append({"number": n, "size": len(blob), "layout": lay.to_dict()})
+        whole = b"".join(blobs)
+        events: list[str] = []
+        real = st.cluster.read_part
+
+        async def logged(layout, offset=0, length=None):
+            events.append(f"open {layout.part_uid}")
+            async for c in real(layout, offset, length):
+                yield c
+            events.append(f"end {layout.part_uid}")
+
+        monkeypatch.setattr(st.cluster, "read_part", logged)
+        assert b"".join([c async for c in st.read(parts, 0, len(whole))]) == whole
+        # each next part was opened before the one before it had ended
+        for n in range(1, len(parts)):
+            assert events.index(f"open rp.p{n + 1}") < events.index(f"end rp.p{n}"), events
+        cases = [(0, len(whole)), (299_999, 2), (250_000, 200_000), (370_000, 1),
+                 (369_999, 3), (len(whole) - 65_537, 65_537), (1234, len(whole) - 5000)]
+        cases += [(a, rng.randrange(1, len(whole) - a + 1))
+                  for a in (rng.randrange(len(whole)) for _ in range(15))]
+        for off, n in cases:
+            got = b"".join([c async for c in st.read(parts, off, n)])
+            assert got == whole[off:off + n], (off, n)
+        # a reader dropped mid-object (client gone) leaves no task or node stream behind
+        before = len(asyncio.all_tasks())
+        it = st.read(parts, 0, len(whole))
+        got = 0
+        async for c in it:
+            got += len(c)
+            if got > 280_000:  # inside part 1's last PREFETCH bytes: part 2 is being fetched
+                break
+        await it.aclose()
+        await asyncio.sleep(0.1)
+        assert len(asyncio.all_tasks()) <= before
+        assert b"".join([c async for c in st.read(parts, 0, len(whole))]) == whole
+    finally:
+        await st.close()

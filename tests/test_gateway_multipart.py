@@ -101,9 +101,18 @@ def test_complete_rules(s3):
     with pytest.raises(ClientError) as e:
         s3.list_parts(Bucket="mp-bucket", Key=key, UploadId=uid)
     assert code(e) == "NoSuchUpload"
+    # A retried Complete (its answer was lost) gets the same result, as from S3; other parts
+    # or, once the key holds another object, the same ones are NoSuchUpload.
+    again = complete([(1, p1), (3, p3)])
+    assert again["ETag"] == r["ETag"] and again["Key"] == key
+    with pytest.raises(ClientError) as e:
+        complete([(1, p1), (2, p2)])
+    assert code(e) == "NoSuchUpload"
+    s3.put_object(Bucket="mp-bucket", Key=key, Body=b"newer")
     with pytest.raises(ClientError) as e:
         complete([(1, p1), (3, p3)])
     assert code(e) == "NoSuchUpload"
+    assert s3.get_object(Bucket="mp-bucket", Key=key)["Body"].read() == b"newer"
 
 
 def test_unknown_upload_ids(s3):

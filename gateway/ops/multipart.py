@@ -176,10 +176,8 @@ def _complete_result(bucket: str, key: str, etag: str, checksum: dict[str, str])
         f'</CompleteMultipartUploadResult>')
 
 
-async def complete_upload(req: S3Request) -> Response:
-    # A completed upload is gone: completing it again is NoSuchUpload, as S3 documents.
-    up = _get_upload(req)
-    if_absent, if_version = put_conditions(req)  # conditional writes apply to Complete too
+async def _listed_parts(req: S3Request) -> list[tuple[int, str, dict[str, str]]]:
+    """The (part number, ETag, checksums) a CompleteMultipartUpload body lists."""
     root = parse_xml(await read_small_body(req, 16 * 1024 * 1024))
     if root.tag != "CompleteMultipartUpload":
         raise S3Error("MalformedXML")
@@ -194,6 +192,33 @@ async def complete_upload(req: S3Request) -> Response:
         listed.append((n, strip_etag(p.findtext("ETag") or ""), cks))
     if not listed:
         raise S3Error("MalformedXML")
+    return listed
+
+
+async def _complete_again(req: S3Request, unknown: S3Error) -> Response:
+    """A Complete for an upload that is no longer open. S3 answers a retried Complete of an
+    upload it already completed with the same result (clients retry when the answer to a long
+    Complete is lost), as long as the object that upload made is still the key's current
+    version and the same parts are listed; anything else is NoSuchUpload."""
+    upload_id = req.query.get("uploadId", "")
+    obj = req.gw.store.get_object(req.bucket, req.key) if upload_id else None
+    if obj is None or obj.version != upload_id or obj.owner != req.user:
+        raise unknown
+    listed = await _listed_parts(req)
+    if [(n, etag) for n, etag, _ in listed] != [(p["number"], p["etag"]) for p in obj.parts]:
+        raise unknown
+    return _complete_result(obj.bucket, obj.key, obj.etag, obj.checksum)
+
+
+async def complete_upload(req: S3Request) -> Response:
+    try:
+        up = _get_upload(req)
+    except S3Error as e:
+        if e.code != "NoSuchUpload":
+            raise
+        return await _complete_again(req, e)
+    if_absent, if_version = put_conditions(req)  # conditional writes apply to Complete too
+    listed = await _listed_parts(req)
     if len(listed) > MAX_PARTS:
         raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000",
                       ArgumentName="partNumber")

@@ -165,6 +165,9 @@ class GatewayMetrics:
             f"{PREFIX}_failed_quorum_writes", "Part writes refused because fewer nodes than the "
             "write quorum took their fragment.", registry=r)
         self.parts_written = Counter(f"{PREFIX}_parts_written", "Parts written.", registry=r)
+        self.write_quorum = Gauge(f"{PREFIX}_write_quorum", "Fragment writes a part needs "
+                                  "(the cluster config's write_quorum): nodes that must be up "
+                                  "for uploads.", registry=r, multiprocess_mode="max")
         self.fragment_errors = Counter(f"{PREFIX}_fragment_errors",
                                        "Fragment reads that failed or were corrupt.", registry=r)
         self.healed_parts = Counter(f"{PREFIX}_healed_parts",
@@ -455,6 +458,8 @@ def instrument_cluster(cluster: Any, metrics: GatewayMetrics | None = None) -> N
     m = metrics or get_metrics()
     cluster.stats = ErasureStats(m, getattr(cluster, "stats", {}).items())
     nodes = [(n.id, n.url) for n in cluster.config.nodes]
+    if getattr(cluster, "write_quorum", None) is not None:
+        m.write_quorum.set(cluster.write_quorum)
     if hasattr(cluster, "trace_configs"):
         cluster.trace_configs.append(node_call_tracing(nodes, m))
     queue = getattr(cluster, "repair_queue", None)

@@ -180,6 +180,8 @@ def test_metrics_agree_with_a_known_workload(cluster):
     assert delta("zonegate_gateway_erasure_seconds_total", operation="encode") > 0
     assert delta("zonegate_gateway_erasure_bytes_total", operation="decode") >= got
     assert after.total("zonegate_gateway_requests_in_flight") == 0
+    # the dashboard's write-quorum panel compares the nodes up with this, not with a constant
+    assert after.total("zonegate_gateway_write_quorum") == K + 1  # the default, k+1
     node_puts = after.by("zonegate_gateway_node_requests_total", "node")
     assert set(node_puts) == set(g.nodes.ids)
     assert delta("zonegate_gateway_node_requests_total", operation="put", outcome="ok") == \

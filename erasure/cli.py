@@ -52,6 +52,8 @@ def cmd_node(args: argparse.Namespace) -> int:
         raise ValueError(f"{cfg.source}: node {spec.id} has no drives")
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format=f"%(asctime)s {spec.id} %(levelname)s %(name)s: %(message)s")
+    for line in cfg.placeholder_warnings(users=False):  # a node only uses `secret`
+        logging.getLogger("zonegate.node").warning("%s", line)
     try:
         run_node(spec.id, list(spec.drives), spec.host, spec.port, cfg.secret,
                  create_drives=args.create_drives, open_metrics=args.open_metrics,

@@ -80,6 +80,23 @@ class ClusterConfig:
     def slots(self) -> list[NodeSlot]:
         return [NodeSlot(n.id, n.domain) for n in self.nodes]
 
+    def placeholder_warnings(self, users: bool = True) -> list[str]:
+        """One line per secret still holding a shipped example value ("change-me..." or
+        "...EXAMPLE..."; deploy/cluster.toml ships such values so that compose starts as is)."""
+        def placeholder(value: str) -> bool:
+            return "change-me" in value.lower() or "example" in value.lower()
+
+        out = []
+        if placeholder(self.secret):
+            out.append(f"{self.source}: `secret` is still the shipped example: anyone who knows "
+                       "it can sign requests to the nodes; set a random one on every machine")
+        for u in self.users if users else ():
+            for what, value in (("access_key", u.access_key), ("secret_key", u.secret_key)):
+                if placeholder(value):
+                    out.append(f"{self.source}: user {u.name!r} still has the example "
+                               f"{what}: change it before exposing the S3 port")
+        return out
+
     @classmethod
     def load(cls, path: str | Path) -> ClusterConfig:
         p = Path(path)

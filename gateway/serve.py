@@ -80,6 +80,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    from erasure.config import ClusterConfig
+    for line in ClusterConfig.load(config_path).placeholder_warnings():
+        logging.getLogger("zonegate.serve").warning("%s", line)
     uvicorn.run("gateway.serve:app_factory", factory=True, host=host, port=port,
                 workers=max(1, args.workers), loop="uvloop",
                 http="gateway.httpproto:GatewayHttpProtocol",

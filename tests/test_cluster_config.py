@@ -97,3 +97,13 @@ def test_unknown_node_id_is_a_clear_error() -> None:
     cfg = ClusterConfig.from_dict(good())
     with pytest.raises(ConfigError, match="no node with id 'node99'"):
         cfg.node("node99")
+
+
+def test_the_shipped_example_secrets_are_called_out_and_real_ones_are_not() -> None:
+    shipped = ClusterConfig.load(Path(__file__).parent.parent / "deploy" / "cluster.toml")
+    warnings = shipped.placeholder_warnings()
+    assert any("`secret`" in w for w in warnings)
+    assert any("access_key" in w for w in warnings) and any("secret_key" in w for w in warnings)
+    assert shipped.placeholder_warnings(users=False) == \
+        [w for w in warnings if "`secret`" in w]  # what a node logs
+    assert ClusterConfig.from_dict(good()).placeholder_warnings() == []

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import inspect
 import re
 from typing import Any
 
@@ -190,42 +189,19 @@ async def _aclose(it: Any) -> None:
         await aclose()
 
 
-async def _open_reader(store: Any, rid: str, offset: int, length: int):
-    it = store.get(rid, offset, length)
-    if inspect.isawaitable(it):  # `async def get() -> AsyncIterator` or an async generator
-        it = await it
-    return it
-
-
 async def get_record(request: web.Request) -> web.StreamResponse:
     state = _state(request)
     rid = _record_id(request)
     _no_body(request)
-    store = _store(request)
-    find = getattr(store, "find", None)
-    if find is not None:
-        # One lookup gives the info and a reader of that very record: headers and bytes
-        # describe the same put with no second look.
-        found = find(rid)
-        if found is None:
-            raise RecordNotFound(rid)
-        info, read = found
-        rng = parse_range(request.headers.get("Range"), info.length)
-        offset, length = rng if rng is not None else (0, info.length)
-        it = read(offset, length)
-    else:
-        for _attempt in range(3):
-            info = await store.head(rid)
-            rng = parse_range(request.headers.get("Range"), info.length)
-            offset, length = rng if rng is not None else (0, info.length)
-            it = await _open_reader(store, rid, offset, length)
-            # The record may have been replaced between head and get: headers and bytes must
-            # describe the same record (seq is unique per put).
-            if (await store.head(rid)).seq == info.seq:
-                break
-            await _aclose(it)
-        else:
-            raise NodeError(409, "busy", "record is being replaced too often to read; retry")
+    # One lookup gives the info and a reader of that very record: headers and bytes describe
+    # the same put with no second look.
+    found = _store(request).find(rid)
+    if found is None:
+        raise RecordNotFound(rid)
+    info, read = found
+    rng = parse_range(request.headers.get("Range"), info.length)
+    offset, length = rng if rng is not None else (0, info.length)
+    it = read(offset, length)
     headers = _record_headers(info)
     if rng is not None:
         headers["Content-Range"] = f"bytes {offset}-{offset + length - 1}/{info.length}"

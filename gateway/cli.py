@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from erasure import cli as erasure_cli
+from gateway import bucketmarkers as gateway_bucketmarkers
 from gateway import dev as gateway_dev
 from gateway import recover as gateway_recover
 from gateway import serve as gateway_serve
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway_dev.register(sub)
     gateway_serve.register(sub)
     gateway_recover.register(sub)
+    gateway_bucketmarkers.register(sub)
     gateway_status.register(sub)
     return parser
 

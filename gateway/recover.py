@@ -6,9 +6,16 @@ Every fragment archive carries the caller's meta dict (gateway/storage.py):
   and the final object metadata.
 - kind "part": a multipart part; used through its manifest, otherwise it belongs to an upload
   that never completed and is skipped (queued for deletion after a grace period).
+- kind "bucket": a bucket marker (gateway/bucketmarkers.py), written at CreateBucket and
+  removed at DeleteBucket.
 For each (bucket, key) the newest version wins (last-modified, then version id); older ones are
-queued for deletion after a grace period. Buckets are recreated from the objects found (an empty
-bucket leaves nothing on the nodes, so it cannot come back).
+queued for deletion after a grace period. A bucket comes back from its marker (owner, creation
+time, region; the newest marker of a name wins), so empty buckets come back too; a bucket with
+objects but no marker (created before markers existed) is recreated from its objects as before:
+owned by the owner of its oldest object, created then, in the gateway's region. A marker with
+fewer than k archives is what a DeleteBucket left on a node that was down: it brings nothing
+back, and is queued for deletion when every node answered the scan. Once the store is written,
+the buckets that had no whole marker get one, so the next recovery finds them.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway import bucketmarkers
 from gateway.metadata import BucketRecord, ObjectRecord, open_store
 
 GRACE = 24 * 3600.0  # seconds before leftovers found by recovery are deleted
@@ -30,6 +38,8 @@ class RecoveryReport:
     objects: int = 0
     multipart: int = 0
     buckets: int = 0
+    empty_buckets: int = 0      # recreated from their marker alone
+    markers_written: int = 0    # for buckets that had none (made before markers existed)
     superseded: int = 0
     skipped_parts: int = 0
     unreadable: list[str] = field(default_factory=list)
@@ -119,10 +129,17 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
             if first is None or rec.last_modified < first[1]:
                 owners[rec.bucket] = (rec.owner, rec.last_modified)
         region = str(gw.get("region") or "us-east-1")
-        for name, (owner, created) in sorted(owners.items()):
+        found = bucketmarkers.find_markers(scanned)
+        report.unreadable.extend(found.malformed)
+        for name in sorted(set(owners) | set(found.buckets)):
+            rec = found.buckets.get(name)
+            if rec is None:
+                owner, created = owners[name]
+                rec = BucketRecord(name, owner, created, region)
             if store.get_bucket(name) is None:
-                store.create_bucket(BucketRecord(name, owner, created, region))
+                store.create_bucket(rec)
                 report.buckets += 1
+                report.empty_buckets += name not in owners
         for rec in newest.values():
             existing = store.get_object(rec.bucket, rec.key)
             if existing is None or (existing.last_modified, existing.version) < \
@@ -136,8 +153,16 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
         report.superseded = len(older)
         stray = [p.layout().to_dict() for p in scanned
                  if p.part_uid not in used and p.meta.get("kind") in ("part", "manifest")]
+        if not report.unreachable_nodes:
+            # Not while a node is unreachable: a whole marker may look partial until it is back.
+            # Nor a live bucket's: ensure_markers below rewrites that one under the same uid.
+            live = {bucketmarkers.marker_uid(b.name, b.created) for b in store.list_buckets()}
+            stray += [p.layout().to_dict() for p in found.leftovers if p.part_uid not in live]
         report.skipped_parts = len(stray)
         store.queue_orphans(leftovers + stray, delay=GRACE)
+        ensured = await bucketmarkers.ensure_markers(store, cluster, found)
+        report.markers_written = len(ensured.written)
+        report.unreadable.extend(f"bucket marker of {f}" for f in ensured.failed)
     finally:
         await cluster.close()
         store.close()
@@ -172,9 +197,11 @@ def cmd_recover(args: argparse.Namespace) -> int:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()) as prog:
         report = asyncio.run(recover(config, progress=prog))
     print(f"recovered {report.objects} objects ({report.multipart} multipart) in "
-          f"{report.buckets} new buckets into {meta_path}; {report.superseded} older versions "
-          f"and {report.skipped_parts} unreferenced parts queued for deletion in "
-          f"{GRACE / 3600:.0f} h")
+          f"{report.buckets} new buckets ({report.empty_buckets} empty) into {meta_path}; "
+          f"{report.superseded} older versions and {report.skipped_parts} unreferenced parts "
+          f"queued for deletion in {GRACE / 3600:.0f} h")
+    if report.markers_written:
+        print(f"wrote {report.markers_written} missing bucket markers")
     if report.unreachable_nodes:
         print("warning: nodes not reachable (run again when they are back): "
               + ", ".join(report.unreachable_nodes))

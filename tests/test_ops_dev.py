@@ -42,7 +42,7 @@ def test_dev_cluster_metrics_health_and_status(dev):
     for text in texts:
         assert metric(text, "zonegate_gateway_requests_total", operation="PutObject",
                       status="200") == 6
-        assert metric(text, "zonegate_gateway_parts_written_total") == 6
+        assert metric(text, "zonegate_gateway_parts_written_total") == 7  # six objects + the bucket marker
         assert metric(text, "zonegate_gateway_received_bytes_total",
                       operation="PutObject") >= 2_100_000
 

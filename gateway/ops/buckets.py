@@ -1,12 +1,19 @@
-"""Bucket operations: CreateBucket, HeadBucket, DeleteBucket, GetBucketLocation, versioning."""
+"""Bucket operations: CreateBucket, HeadBucket, DeleteBucket, GetBucketLocation, versioning.
+
+CreateBucket and DeleteBucket also write and remove the bucket's marker on the nodes
+(gateway/bucketmarkers.py says why, and in which order).
+"""
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 
 from starlette.responses import Response
 
+from erasure.errors import ErasureError
+from gateway import bucketmarkers
 from gateway.errors import S3Error
 from gateway.metadata import BucketRecord
 from gateway.metadata.store import BucketNotEmptyError
@@ -22,6 +29,7 @@ from gateway.ops.common import (
     xml_response,
 )
 
+log = logging.getLogger("zonegate.buckets")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
@@ -52,12 +60,35 @@ async def create_bucket(req: S3Request) -> Response:
         lc = root.find("LocationConstraint")
         if lc is not None and (lc.text or "").strip():
             region = (lc.text or "").strip()
-    existing = req.gw.store.create_bucket(BucketRecord(name, req.user, now(), region))
+    rec = BucketRecord(name, req.user, now(), region)
+    existing = req.gw.store.create_bucket(rec)
     if existing is not None:
         if existing.owner == req.user:
             raise S3Error("BucketAlreadyOwnedByYou", BucketName=name)
         raise S3Error("BucketAlreadyExists", BucketName=name)
+    try:
+        await bucketmarkers.write_marker(req.gw.storage.cluster, rec)
+    except BaseException as e:
+        _undo_create(req, rec)
+        if isinstance(e, ErasureError):
+            log.warning("bucket %s not created: its marker could not be written: %s", name, e)
+            raise S3Error("ServiceUnavailable", "Not enough storage nodes answered; the "
+                          "bucket was not created. Please retry.") from None
+        raise
     return Response(b"", headers={"Location": "/" + name})
+
+
+def _undo_create(req: S3Request, rec: BucketRecord) -> None:
+    """Take back a bucket whose marker was not written (the writer left no archive)."""
+    cur = req.gw.store.get_bucket(rec.name)
+    if cur is None or cur.created != rec.created:
+        return  # deleted meanwhile (and perhaps created again by another request): not ours
+    try:
+        req.gw.store.delete_bucket(rec.name)
+    except BucketNotEmptyError:
+        # An object landed in it before CreateBucket answered: keep the bucket; its marker is
+        # written by `zonegate bucket-markers` or the next recover-metadata.
+        log.warning("bucket %s kept without a marker: it is no longer empty", rec.name)
 
 
 async def head_bucket(req: S3Request) -> Response:
@@ -66,12 +97,20 @@ async def head_bucket(req: S3Request) -> Response:
 
 
 async def delete_bucket(req: S3Request) -> Response:
-    require_bucket(req)
+    rec = require_bucket(req)
+    cluster = req.gw.storage.cluster
+    if len(cluster.clients) - len(cluster.down_nodes()) < cluster.write_quorum:
+        # Fewer nodes up than a marker write needs: a marker removal could then leave k
+        # archives behind, enough for recovery to bring the bucket back.
+        raise S3Error("ServiceUnavailable", "Not enough storage nodes answered; the bucket "
+                      "was not deleted. Please retry.")
     try:
         req.gw.store.delete_bucket(req.bucket)
     except BucketNotEmptyError:
         raise S3Error("BucketNotEmpty", BucketName=req.bucket) from None
-    notify_sweeper(req)
+    # A marker that could not be removed from every node stays queued for the sweeper.
+    await bucketmarkers.delete_marker(cluster, req.gw.store, rec)
+    notify_sweeper(req)  # parts of uploads that died with the bucket, a marker left queued
     return Response(status_code=204)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Mapping
 
 from aiohttp import web
 
@@ -38,10 +38,16 @@ LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
 def check_signature(request: web.Request, secret: bytes, window: float = DEFAULT_WINDOW) -> str:
     """Verify the request's signature (no replay bookkeeping); returns the signed body hash.
     Raises NodeError 403."""
+    return verify_parts(secret, request.method, request.rel_url.raw_path,
+                        list(request.rel_url.query.items()), request.headers, window)
+
+
+def verify_parts(secret: bytes, method: str, raw_path: str, query: list[tuple[str, str]],
+                 headers: Mapping[str, str], window: float = DEFAULT_WINDOW) -> str:
+    """`check_signature` on a request's parts (the raw path as sent, the decoded query items),
+    for callers without an aiohttp Request."""
     try:
-        return verify_request(secret, request.method, request.rel_url.raw_path,
-                              list(request.rel_url.query.items()), request.headers,
-                              window=window)
+        return verify_request(secret, method, raw_path, query, headers, window=window)
     except AuthError as exc:
         raise NodeError(403, "forbidden", str(exc)) from None
 
@@ -69,33 +75,64 @@ class ReplayCache:
         return True
 
 
-def make_auth_check(secret: bytes, *, window: float = DEFAULT_WINDOW,
-                    open_metrics: str = "loopback") -> Callable[[web.Request], None]:
-    """The node's request check (see the module docstring): returns if the request may go on
-    (with the signed body hash in `request[BODY_HASH]` when it was verified), raises NodeError
-    403 otherwise. Synchronous, so that the node's one middleware runs it without a frame."""
-    if open_metrics not in OPEN_METRICS_CHOICES:
-        raise ValueError(f"open_metrics must be one of {OPEN_METRICS_CHOICES}, not {open_metrics!r}")
-    replays = ReplayCache(window)
+class AuthCheck:
+    """The node's request check (see the module docstring), with one replay cache for every
+    way a request arrives: call it with an aiohttp Request (the middleware), or `check()` with
+    the request's parts (zonestore/node/fastput.py). Synchronous, so that the node's one
+    middleware runs it without a frame."""
 
-    def check(request: web.Request) -> None:
-        path = request.rel_url.raw_path
-        if path in OPEN_PATHS:
-            return
-        signed = AUTH_HEADER in request.headers
-        if not signed and path in SCRAPE_PATHS and (
-            open_metrics == "any" or (open_metrics == "loopback" and request.remote in LOOPBACK)
-        ):
-            return
-        body_hash = check_signature(request, secret, window)
-        if request.method in WRITE_METHODS:
-            signature = request.headers[AUTH_HEADER].partition(" ")[2]
-            if not replays.first_time(signature):
+    def __init__(self, secret: bytes, *, window: float = DEFAULT_WINDOW,
+                 open_metrics: str = "loopback") -> None:
+        if open_metrics not in OPEN_METRICS_CHOICES:
+            raise ValueError(f"open_metrics must be one of {OPEN_METRICS_CHOICES}, "
+                             f"not {open_metrics!r}")
+        self.secret = secret
+        self.window = window
+        self.open_metrics = open_metrics
+        self.replays = ReplayCache(window)
+
+    def is_open(self, raw_path: str, headers: Mapping[str, str], remote: str | None) -> bool:
+        """True if the request may go on unsigned."""
+        if raw_path in OPEN_PATHS:
+            return True
+        return AUTH_HEADER not in headers and raw_path in SCRAPE_PATHS and (
+            self.open_metrics == "any"
+            or (self.open_metrics == "loopback" and remote in LOOPBACK))
+
+    def verify(self, method: str, raw_path: str, query: list[tuple[str, str]],
+               headers: Mapping[str, str]) -> str:
+        """Verify the signature and refuse a replayed write; returns the signed body hash.
+        Raises NodeError 403."""
+        body_hash = verify_parts(self.secret, method, raw_path, query, headers, self.window)
+        if method in WRITE_METHODS:
+            signature = headers[AUTH_HEADER].partition(" ")[2]
+            if not self.replays.first_time(signature):
                 raise NodeError(403, "forbidden", "replayed request: this write was already "
                                 "received (sign each write anew, with a random nonce parameter)")
-        request[BODY_HASH] = body_hash
+        return body_hash
 
-    return check
+    def check(self, method: str, raw_path: str, query: list[tuple[str, str]],
+              headers: Mapping[str, str], remote: str | None) -> str | None:
+        """The signed body hash, or None for an open request; raises NodeError 403."""
+        if self.is_open(raw_path, headers, remote):
+            return None
+        return self.verify(method, raw_path, query, headers)
+
+    def __call__(self, request: web.Request) -> None:
+        """Check an aiohttp request; the signed body hash goes into `request[BODY_HASH]`."""
+        path = request.rel_url.raw_path
+        remote = request.remote if path in SCRAPE_PATHS else None  # a peername look-up
+        if self.is_open(path, request.headers, remote):
+            return
+        request[BODY_HASH] = self.verify(request.method, path,
+                                         list(request.rel_url.query.items()), request.headers)
+
+
+def make_auth_check(secret: bytes, *, window: float = DEFAULT_WINDOW,
+                    open_metrics: str = "loopback") -> AuthCheck:
+    """The node's request check: returns if the request may go on (with the signed body hash
+    in `request[BODY_HASH]` when it was verified), raises NodeError 403 otherwise."""
+    return AuthCheck(secret, window=window, open_metrics=open_metrics)
 
 
 def make_auth_middleware(secret: bytes, *, window: float = DEFAULT_WINDOW,

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator
-
-from aiohttp import StreamReader
+from typing import Protocol
 
 from zonestore.node.errors import NodeError
 from zonestore.nodeauth import UNSIGNED
@@ -26,8 +25,15 @@ class ClientGone(NodeError):
     """The client disconnected (or its body ended early): nothing is committed."""
 
 
+class BodyReader(Protocol):
+    """Where a body comes from: aiohttp's StreamReader, or the lean PUT path's reader
+    (zonestore/node/fastput.py). `read(n)` returns 1 to n bytes, b"" at the end of the body."""
+
+    async def read(self, n: int) -> bytes: ...
+
+
 class PutBody:
-    def __init__(self, content: StreamReader, length: int, max_meta: int,
+    def __init__(self, content: BodyReader, length: int, max_meta: int,
                  body_hash: str = UNSIGNED) -> None:
         self.content = content
         self.length = length

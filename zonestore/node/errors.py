@@ -28,11 +28,15 @@ class NodeError(Exception):
         self.headers = headers or {}
 
 
+def error_body(code: str, message: str) -> str:
+    return json.dumps({"error": code, "message": message})
+
+
 def json_error(status: int, code: str, message: str,
                headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
         status=status,
-        text=json.dumps({"error": code, "message": message}),
+        text=error_body(code, message),
         content_type="application/json",
         headers=headers,
     )
@@ -73,14 +77,21 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
 def error_response(request: web.Request, exc: Exception) -> web.Response:
     """The JSON answer to a request that raised `exc` (an HTTPException of 400 or more, a
     store error, or a bug, which is logged with its traceback and answered 500)."""
+    return _respond(request, refusal(exc, request.method, request.path))
+
+
+def refusal(exc: BaseException, method: str, path: str) -> NodeError:
+    """The NodeError to answer a request (`method` `path`, for the log) that raised `exc`:
+    known refusals as they are, a vanished client as 400 client_gone, anything else a bug,
+    logged with its traceback (call from an except block) and answered 500."""
     err = error_for(exc)
     if err is None and isinstance(exc, ConnectionError):
-        log.debug("client went away during %s %s: %s", request.method, request.path, exc)
+        log.debug("client went away during %s %s: %s", method, path, exc)
         err = NodeError(400, "client_gone", "client went away")
     if err is None:
-        log.exception("internal error on %s %s", request.method, request.path)
+        log.exception("internal error on %s %s", method, path)
         err = NodeError(500, "internal", f"internal error: {type(exc).__name__}")
-    return _respond(request, err)
+    return err
 
 
 def _respond(request: web.Request, err: NodeError) -> web.Response:

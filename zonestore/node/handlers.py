@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -17,7 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from zonestore.errors import CorruptRecord, RecordNotFound
 from zonestore.ids import validate_record_id
 from zonestore.node.auth import BODY_HASH
-from zonestore.node.body import PutBody
+from zonestore.node.body import BodyReader, PutBody
 from zonestore.node.errors import NodeError, json_error, log
 from zonestore.node.state import STATE, NodeState
 from zonestore.nodeauth import EMPTY_SHA256, UNSIGNED
@@ -33,15 +34,23 @@ def _state(request: web.Request) -> NodeState:
 
 
 def _store(request: web.Request) -> Any:
-    state = _state(request)
+    return store_of(_state(request))
+
+
+def store_of(state: NodeState) -> Any:
+    """The node's store, or 503 while its drives are still opening."""
     if state.pool is None:
         raise NodeError(503, "not_ready", "the node is still opening its drives")
     return state.pool
 
 
 def _record_id(request: web.Request) -> str:
+    return record_id(request.match_info["id"])
+
+
+def record_id(raw: str) -> str:
     try:
-        return validate_record_id(request.match_info["id"])
+        return validate_record_id(raw)
     except ValueError as exc:
         raise NodeError(400, "invalid_id", str(exc)) from None
 
@@ -93,9 +102,15 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
 
 
 def _put_params(request: web.Request, state: NodeState) -> tuple[str, int, str]:
-    """The record id, payload length and stream of a PUT, checked (NodeError otherwise)."""
-    rid = _record_id(request)
-    raw_len = request.headers.get("X-ZG-Length")
+    return put_params(request.match_info["id"], request.headers, request.content_length, state)
+
+
+def put_params(raw_id: str, headers: Mapping[str, str], declared: int | None,
+               state: NodeState) -> tuple[str, int, str]:
+    """The record id, payload length and stream of a PUT (its id as routed, its headers and
+    Content-Length, None if chunked), checked (NodeError otherwise)."""
+    rid = record_id(raw_id)
+    raw_len = headers.get("X-ZG-Length")
     if raw_len is None or not _INT_RE.fullmatch(raw_len):
         raise NodeError(400, "bad_length", "X-ZG-Length (payload bytes, a decimal integer) "
                         "is required")
@@ -103,10 +118,9 @@ def _put_params(request: web.Request, state: NodeState) -> tuple[str, int, str]:
     if length > state.max_record_size:
         raise NodeError(413, "too_large", f"record of {length} bytes exceeds this node's limit "
                         f"of {state.max_record_size} bytes")
-    stream = request.headers.get("X-ZG-Stream", "default")
+    stream = headers.get("X-ZG-Stream", "default")
     if not _STREAM_RE.fullmatch(stream):
         raise NodeError(400, "bad_stream", "X-ZG-Stream must be 1-256 printable ASCII characters")
-    declared = request.content_length
     if declared is not None:
         if declared < length:
             raise NodeError(400, "incomplete_body", f"Content-Length {declared} is shorter than "
@@ -144,10 +158,18 @@ async def expect_put(request: web.Request) -> web.StreamResponse | None:
 async def put_record(request: web.Request) -> web.Response:
     state = _state(request)
     rid, length, stream = _put_params(request, state)
-    store = _store(request)
+    answer = await store_put(state, rid, length, stream, request.content,
+                             request.get(BODY_HASH, UNSIGNED))
+    return web.json_response(answer, status=201)
+
+
+async def store_put(state: NodeState, rid: str, length: int, stream: str, content: BodyReader,
+                    body_hash: str) -> dict[str, Any]:
+    """Store a PUT's body read from `content` (checked params from `put_params`); returns the
+    201 answer once the record is durable. Raises NodeError (or a store error) otherwise."""
+    store = store_of(state)
     await _check_room(state, length)
-    body = PutBody(request.content, length, state.max_meta_size,
-                   request.get(BODY_HASH, UNSIGNED))
+    body = PutBody(content, length, state.max_meta_size, body_hash)
     try:
         info = await store.put(rid, body.payload(), stream=stream, meta=body.meta, length=length)
     except Exception as exc:
@@ -158,10 +180,7 @@ async def put_record(request: web.Request) -> web.Response:
         raise
     finally:
         state.metrics.received.inc(body.received)
-    return web.json_response(
-        {"id": info.id, "length": info.length, "crc32c": info.crc32c, "seq": info.seq},
-        status=201,
-    )
+    return {"id": info.id, "length": info.length, "crc32c": info.crc32c, "seq": info.seq}
 
 
 def _largest_free(logs: list[Any]) -> int | None:

@@ -131,6 +131,11 @@ class NodeMetrics:
         """Count one answered request (`start` from time.perf_counter())."""
         route = request.get(ROUTE_NAME) or _route_name(request)
         method = request.method if request.method in _METHODS else "OTHER"
+        self.count(method, route, status, start)
+
+    def count(self, method: str, route: str, status: int, start: float) -> None:
+        """Count one answered request by its labels (`method` one of GET/HEAD/PUT/DELETE/POST
+        or OTHER, `route` a route name)."""
         key = (method, route, status)
         children = self._children.get(key)
         if children is None:

@@ -34,8 +34,9 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from zonestore.device import ZonedDevice
 from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_drive
-from zonestore.node.auth import check_signature, make_auth_check
+from zonestore.node.auth import AuthCheck, check_signature, make_auth_check
 from zonestore.node.errors import error_response, json_error
+from zonestore.node.fastput import LeanServer
 from zonestore.node.handlers import add_routes
 from zonestore.node.metrics import NodeMetrics
 from zonestore.node.state import DEFAULT_MAX_RECORD_SIZE, MAX_META_SIZE, STATE, NodeState
@@ -190,13 +191,11 @@ def _close_drive(d: _Drive) -> None:
         os.close(d.lock_fd)
 
 
-def _node_middleware(state: NodeState, secret: bytes, options: NodeOptions):
+def _node_middleware(state: NodeState, auth: AuthCheck):
     """Metrics, drain, errors and auth as one middleware (one frame and await per request
     instead of four), in the order they nest: metrics count every answer, refusals included;
     while draining, requests are refused before anything else; refusals and failures become
     JSON errors; auth runs last, just before the handler."""
-    auth = make_auth_check(secret, window=options.auth_window,
-                           open_metrics=options.open_metrics)
     metrics = state.metrics
 
     @web.middleware
@@ -234,9 +233,12 @@ def _node_middleware(state: NodeState, secret: bytes, options: NodeOptions):
 
 
 def build_app(state: NodeState, secret: bytes, options: NodeOptions) -> web.Application:
-    """The aiohttp application of one node (routes, auth, errors, metrics)."""
+    """The aiohttp application of one node (routes, auth, errors, metrics). Its auth check,
+    one replay cache included, is `state.auth`, which the lean PUT path shares."""
+    state.auth = make_auth_check(secret, window=options.auth_window,
+                                 open_metrics=options.open_metrics)
     app = web.Application(
-        middlewares=[_node_middleware(state, secret, options)],
+        middlewares=[_node_middleware(state, state.auth)],
         client_max_size=MAX_META_SIZE,  # only for request.read(); record bodies are streamed
     )
     app[STATE] = state
@@ -279,7 +281,8 @@ class NodeServer:
         self.state: NodeState | None = None
         self._drives: list[_Drive] = []
         self._runner: web.AppRunner | None = None
-        self._site: web.SockSite | None = None
+        self._listener: asyncio.AbstractServer | None = None
+        self.lean: LeanServer | None = None
         self._tasks: list[asyncio.Task] = []
         self._ready = asyncio.Event()
 
@@ -310,8 +313,11 @@ class NodeServer:
             raise DriveError(f"cannot listen on {self.host}:{self.port}: "
                              f"{exc.strerror or exc}") from None
         self.port = sock.getsockname()[1]
-        self._site = web.SockSite(self._runner, sock)
-        await self._site.start()
+        # Connections start on the lean PUT path (fastput.py), which hands any other request
+        # to aiohttp's protocol factory (the runner's web.Server).
+        self.lean = LeanServer(state, self._runner.server)
+        self._listener = await asyncio.get_running_loop().create_server(
+            self.lean, sock=sock, backlog=1024)
         log.info("node %s listening on %s with %d drive(s)", self.node_id, self.url,
                  len(self._drives))
         if self.options.port_file is not None:
@@ -375,16 +381,19 @@ class NodeServer:
 
     async def stop(self) -> None:
         started = self.state is not None
-        if self._site is not None and self.state is not None:
+        if self._listener is not None and self.state is not None:
             # aiohttp's own graceful shutdown stops reading request bodies at once, which would
             # fail every upload in progress: stop listening, let requests in flight finish
             # (bounded), and only then close the connections.
-            await self._site.stop()
+            self._listener.close()
             self.state.draining = True
             deadline = asyncio.get_running_loop().time() + self.options.shutdown_timeout
             while self.state.inflight and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.05)
-        self._site = None
+        self._listener = None
+        if self.lean is not None:
+            self.lean.close()
+            self.lean = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -28,6 +28,7 @@ class NodeState:
     logs: list[Any] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
     check_signature: Callable[[web.Request], str] | None = None  # for Expect: 100-continue
+    auth: Any = None  # the AuthCheck (one replay cache) of both aiohttp and the lean PUT path
     draining: bool = False  # shutting down: in-flight requests finish, new ones get 503
     inflight: int = 0
 

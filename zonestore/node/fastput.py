@@ -1,0 +1,529 @@
+"""The node's lean path for its hot request: `PUT /v1/records/<id>`, served without aiohttp.
+
+Why: every part the gateway stores becomes one ~1 MiB PUT to each of ten nodes, arriving paced
+(~20 MB/s per node), and on aiohttp each such PUT costs its C parser handing every socket read
+to a StreamReader that wakes the handler (10-17 wake-ups per body), a Request with its
+properties, routing, a middleware and a Response object. Here the listening socket gets this
+module's protocol: it reads the request head itself and, for the one request shape it knows,
+gathers the body and wakes the handler only when a whole record chunk (`record.MAX_CHUNK`) or
+the end of the body is buffered (2-3 wake-ups per PUT), then writes the JSON answer as one
+buffer. The work that matters is shared with the aiohttp path, not copied: the auth check and
+its one replay cache (`auth.AuthCheck`), `handlers.put_params` and `handlers.store_put`
+(`PutBody`, `_check_room`, the zone log's durable put), the JSON errors (`errors.refusal`), the
+request metrics (`NodeMetrics.count`, labels "PUT"/"record_put"/status) and the draining and
+in-flight accounting of `NodeState`.
+
+What takes this path: a request whose head is exactly `PUT /v1/records/<valid id>[?k=v&...]
+HTTP/1.1` (unreserved characters only, so the raw path and query are what aiohttp would
+decode), at most 64 headers of at most 8190 bytes each, printable ASCII, no duplicate names,
+framed by a decimal Content-Length or by `Transfer-Encoding: chunked` (the gateway's node
+client streams its bodies chunked), with no `Expect` or `Upgrade` and a `Connection` of
+keep-alive or close. Anything else - another method or path, HTTP/1.0, 100-continue, an odd or
+oversized head - hands the connection to aiohttp for good, with the bytes seen so far, before
+anything of that request is consumed: aiohttp then answers it (and refuses bad input) exactly
+as it did before this path existed. A PUT can be followed by any request on the same
+keep-alive connection.
+
+Bounded memory: the body is buffered up to 2 record chunks (as aiohttp's stream reader with the
+node's 1 MiB read buffer), then the socket is paused until the handler takes a chunk; bytes of a
+next (pipelined) request wait in a buffer of at most 64 KiB. A chunked body whose framing
+breaks after the head is refused 400 bad_body and the connection closed, as aiohttp's stream
+reader does once a handler runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import re
+import socket
+import time
+from collections.abc import Callable
+from http import HTTPStatus
+
+from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.http import SERVER_SOFTWARE
+from multidict import CIMultiDict
+
+from zonestore.node.body import CHUNK
+from zonestore.node.errors import error_body, refusal
+from zonestore.node.handlers import put_params, store_put
+from zonestore.node.state import NodeState
+from zonestore.nodeauth import UNSIGNED
+
+log = logging.getLogger("zonestore.node")
+
+MAX_LINE = 8190  # the limits the node gives aiohttp (server.py): beyond them aiohttp refuses
+MAX_HEADERS = 64
+MAX_HEAD = 64 * 1024  # a head not complete within this goes to aiohttp (which may refuse it)
+MAX_PENDING = 64 * 1024  # bytes of a next request buffered while a PUT is being answered
+HIGH_WATER = 2 * CHUNK  # body bytes buffered before the socket is paused
+KEEPALIVE_TIMEOUT = 75.0  # aiohttp's: an idle keep-alive connection is closed after this
+
+_QUERY_ITEM = rb"[A-Za-z0-9._~-]+=[A-Za-z0-9._~-]*"
+_REQUEST_LINE = re.compile(
+    rb"PUT (/v1/records/([A-Za-z0-9_:][A-Za-z0-9._:-]{0,199}))"
+    rb"(?:\?(" + _QUERY_ITEM + rb"(?:&" + _QUERY_ITEM + rb")*))? HTTP/1\.1")
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_VALUE = re.compile(rb"[\x20-\x7e\t]*")
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,15})(?:;[\x20-\x7e\t]*)?")
+_DIGITS = re.compile(r"[0-9]{1,18}")
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+_CLOSE = "Connection: close\r\n"
+
+# Connection modes.
+_HEAD, _BODY, _WAIT, _GONE = range(4)
+# Chunked-body states.
+_C_SIZE, _C_DATA, _C_CRLF, _C_TRAILER = range(4)
+
+
+class BodyFramingError(ValueError):
+    """The chunked framing of a body broke after its head was accepted."""
+
+
+class _Request:
+    __slots__ = ("body", "declared", "headers", "keep_alive", "query", "raw_id", "raw_path")
+
+    def __init__(self, raw_path: str, raw_id: str, query: list[tuple[str, str]],
+                 headers: CIMultiDict[str], declared: int | None, keep_alive: bool) -> None:
+        self.raw_path = raw_path
+        self.raw_id = raw_id
+        self.query = query
+        self.headers = headers
+        self.declared = declared  # Content-Length, None if chunked
+        self.keep_alive = keep_alive
+        self.body: _Body | None = None
+
+
+def parse_head(head: bytes) -> _Request | None:
+    """The lean request a head (without its final blank line) is, or None if aiohttp should
+    have it (see the module docstring)."""
+    lines = head.split(b"\r\n")
+    if len(lines) - 1 > MAX_HEADERS or len(lines[0]) > MAX_LINE:
+        return None
+    m = _REQUEST_LINE.fullmatch(lines[0])
+    if m is None:
+        return None
+    pairs = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or len(line) > MAX_LINE or _TOKEN.fullmatch(name) is None:
+            return None
+        value = value.strip(b" \t")
+        if _VALUE.fullmatch(value) is None:
+            return None
+        pairs.append((name.decode("ascii"), value.decode("ascii")))
+    headers = CIMultiDict(pairs)
+    if len({k.lower() for k in headers}) != len(pairs) or "Expect" in headers \
+            or "Upgrade" in headers:
+        return None
+    conn = headers.get("Connection")
+    if conn is None:
+        keep_alive = True
+    else:
+        conn = conn.lower()
+        if conn not in ("keep-alive", "close"):
+            return None
+        keep_alive = conn == "keep-alive"
+    te = headers.get("Transfer-Encoding")
+    cl = headers.get("Content-Length")
+    if te is not None:
+        if cl is not None or te.lower() != "chunked":
+            return None
+        declared = None
+    elif cl is not None and _DIGITS.fullmatch(cl):
+        declared = int(cl)
+    else:
+        return None
+    query = [] if m.group(3) is None else [
+        tuple(item.split("=", 1)) for item in m.group(3).decode("ascii").split("&")]
+    return _Request(m.group(1).decode("ascii"), m.group(2).decode("ascii"), query, headers,
+                    declared, keep_alive)
+
+
+class _Body:
+    """One request's body between the protocol (`feed`) and `PutBody` (`read`). `read(n)`
+    waits until n bytes (or the end) are buffered, so that the handler wakes once per record
+    chunk rather than once per socket read."""
+
+    __slots__ = ("_exc", "_pieces", "_proto", "_waiter", "_want", "complete", "size")
+
+    def __init__(self, proto: LeanProtocol) -> None:
+        self._proto = proto
+        self._pieces: collections.deque[bytes | memoryview] = collections.deque()
+        self.size = 0
+        self.complete = False  # the whole body has arrived
+        self._exc: BaseException | None = None
+        self._waiter: asyncio.Future | None = None
+        self._want = 0
+
+    def feed(self, piece: bytes | memoryview) -> None:
+        self._pieces.append(piece)
+        self.size += len(piece)
+        if self._waiter is not None and self.size >= self._want:
+            self._wake()
+        if self.size >= HIGH_WATER:
+            self._proto.pause()
+
+    def feed_eof(self) -> None:
+        self.complete = True
+        self._wake()
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._exc = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read(self, n: int) -> bytes:
+        while self._exc is None and not self.complete and self.size < min(n, HIGH_WATER):
+            self._want = min(n, HIGH_WATER)
+            self._proto.resume()
+            self._waiter = self._proto.loop.create_future()
+            await self._waiter
+        if not self.size:  # what arrived before a failure is still read first, as on aiohttp
+            if self._exc is not None:
+                raise self._exc
+            return b""
+        pieces = self._pieces
+        out: list[bytes | memoryview] = []
+        need = n
+        while need and pieces:
+            p = pieces[0]
+            if len(p) <= need:
+                out.append(pieces.popleft())
+                need -= len(p)
+            else:
+                view = p if type(p) is memoryview else memoryview(p)
+                out.append(view[:need])
+                pieces[0] = view[need:]
+                need = 0
+        # One join per record chunk: the zone log takes the bytes as they are.
+        got = out[0] if len(out) == 1 and type(out[0]) is bytes else b"".join(out)
+        self.size -= len(got)
+        if self.size < HIGH_WATER:
+            self._proto.resume()
+        return got
+
+
+class LeanServer:
+    """The node's protocol factory (`loop.create_server(LeanServer(...), sock=...)`)."""
+
+    def __init__(self, state: NodeState, handler_factory: Callable[[], asyncio.Protocol]) -> None:
+        self.state = state
+        self.handler_factory = handler_factory  # aiohttp's web.Server: a RequestHandler each
+        self.loop = asyncio.get_running_loop()
+        self.connections: set[LeanProtocol] = set()
+        self.served = 0  # requests answered on the lean path
+        self.handed_off = 0  # connections given to aiohttp
+
+    def __call__(self) -> LeanProtocol:
+        return LeanProtocol(self)
+
+    def close(self) -> None:
+        """Close every connection still on the lean path (at shutdown, once in-flight requests
+        are answered)."""
+        for proto in list(self.connections):
+            proto.close()
+
+
+class LeanProtocol(asyncio.Protocol):
+    """One connection while it serves lean PUTs (see the module docstring)."""
+
+    def __init__(self, server: LeanServer) -> None:
+        self.server = server
+        self.loop = server.loop
+        self.transport: asyncio.Transport | None = None
+        self._remote: str | None = None
+        self._mode = _HEAD
+        self._buf = bytearray()  # an incomplete head, or bytes after the current request
+        self._req: _Request | None = None
+        self._body: _Body | None = None
+        self._chunked = False
+        self._remaining = 0  # body bytes still to come (Content-Length) or in this chunk
+        self._cstate = _C_SIZE
+        self._line = bytearray()  # an incomplete chunk-size or trailer line
+        self._trailers = 0
+        self._paused = False
+        self._idle: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task | None = None
+
+    # -- transport events ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # as aiohttp does: answers go out at once, dead peers time out
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            except OSError:
+                pass
+        peer = transport.get_extra_info("peername")
+        self._remote = peer[0] if isinstance(peer, tuple) and peer else None
+        self.server.connections.add(self)
+        self._arm_idle()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.server.connections.discard(self)
+        self._cancel_idle()
+        self._mode = _GONE
+        self.transport = None
+        body = self._body
+        if body is not None and not body.complete:
+            body.set_exception(exc or ConnectionResetError("Connection lost"))
+
+    def data_received(self, data: bytes) -> None:
+        mode = self._mode
+        if mode == _BODY:
+            self._feed_body(data, 0)
+        elif mode == _HEAD:
+            self._cancel_idle()
+            if self._buf:
+                self._buf += data
+                data = bytes(self._buf)
+                self._buf = bytearray()
+            self._on_head_bytes(data)
+        elif mode == _WAIT:
+            self._buf += data
+            if len(self._buf) > MAX_PENDING:
+                self.pause()
+
+    # eof_received: the default (None) lets the transport close; a body cut short then fails
+    # with "Connection lost" in connection_lost, as on aiohttp.
+
+    # -- flow control ----------------------------------------------------------------------
+
+    def pause(self) -> None:
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self.transport is not None and len(self._buf) <= MAX_PENDING \
+                and (self._body is None or self._body.size < HIGH_WATER):
+            self._paused = False
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _arm_idle(self) -> None:
+        self._cancel_idle()
+        self._idle = self.loop.call_later(KEEPALIVE_TIMEOUT, self._idle_timeout)
+
+    def _cancel_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def _idle_timeout(self) -> None:
+        self._idle = None
+        if self._mode == _HEAD:
+            self.close()
+
+    # -- request head ----------------------------------------------------------------------
+
+    def _on_head_bytes(self, data: bytes) -> None:
+        """`data` starts a request: serve it here, or give the connection to aiohttp."""
+        if not b"PUT /v1/records/".startswith(data[:16]):
+            self._hand_off(data)
+            return
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            if len(data) > MAX_HEAD:
+                self._hand_off(data)
+            else:
+                self._buf += data
+                self._arm_idle()
+            return
+        req = parse_head(data[:end])
+        if req is None:
+            self._hand_off(data)
+            return
+        self._req = req
+        self._body = req.body = _Body(self)
+        self._chunked = req.declared is None
+        self._remaining = req.declared or 0
+        self._cstate = _C_SIZE
+        self._trailers = 0
+        self._mode = _BODY
+        self._task = self.loop.create_task(self._serve(req))  # a reference keeps it alive
+        if not self._chunked and self._remaining == 0:
+            self._body_done(data, end + 4)
+        else:
+            self._feed_body(data, end + 4)
+
+    def _hand_off(self, data: bytes) -> None:
+        """Give the connection to aiohttp for good, `data` being what it has not seen."""
+        self._mode = _GONE
+        self.server.connections.discard(self)
+        self.server.handed_off += 1
+        self._cancel_idle()
+        transport = self.transport
+        if transport is None:
+            return
+        handler = self.server.handler_factory()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        if self._paused:
+            self._paused = False
+            transport.resume_reading()
+        self.transport = None
+        if data:
+            handler.data_received(data)
+
+    # -- request body ----------------------------------------------------------------------
+
+    def _feed_body(self, data: bytes, pos: int) -> None:
+        body = self._body
+        n = len(data)
+        if not self._chunked:
+            left = n - pos
+            if left <= self._remaining:
+                self._remaining -= left
+                if left:
+                    body.feed(data if pos == 0 else memoryview(data)[pos:])
+                if self._remaining == 0:
+                    self._body_done(data, n)
+            else:
+                end = pos + self._remaining
+                if self._remaining:
+                    body.feed(memoryview(data)[pos:end])
+                self._remaining = 0
+                self._body_done(data, end)
+            return
+        while pos < n:
+            if self._cstate == _C_DATA:
+                take = min(self._remaining, n - pos)
+                body.feed(data if take == n else memoryview(data)[pos:pos + take])
+                pos += take
+                self._remaining -= take
+                if self._remaining == 0:
+                    self._cstate = _C_CRLF
+                continue
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                self._line += data[pos:]
+                if len(self._line) > MAX_LINE:
+                    self._body_error("chunk line too long")
+                return
+            line = bytes(self._line) + data[pos:nl + 1] if self._line else data[pos:nl + 1]
+            self._line = bytearray()
+            pos = nl + 1
+            if len(line) > MAX_LINE or not line.endswith(b"\r\n"):
+                self._body_error("chunk line not ended by CRLF")
+                return
+            line = line[:-2]
+            if self._cstate == _C_SIZE:
+                m = _CHUNK_SIZE.fullmatch(line)
+                if m is None:
+                    self._body_error(f"invalid chunk size {line[:40]!r}")
+                    return
+                size = int(m.group(1), 16)
+                self._cstate = _C_DATA if size else _C_TRAILER
+                self._remaining = size
+            elif self._cstate == _C_CRLF:
+                if line:
+                    self._body_error("chunk data not followed by CRLF")
+                    return
+                self._cstate = _C_SIZE
+            else:  # trailer fields, then the blank line that ends the body
+                if not line:
+                    self._body_done(data, pos)
+                    return
+                self._trailers += 1
+                name, sep, value = line.partition(b":")
+                if not sep or self._trailers > MAX_HEADERS or _TOKEN.fullmatch(name) is None \
+                        or _VALUE.fullmatch(value) is None:
+                    self._body_error("invalid trailer")
+                    return
+
+    def _body_done(self, data: bytes, pos: int) -> None:
+        self._mode = _WAIT
+        self._body.feed_eof()
+        if pos < len(data):
+            self._buf += memoryview(data)[pos:]
+            if len(self._buf) > MAX_PENDING:
+                self.pause()
+
+    def _body_error(self, why: str) -> None:
+        self._mode = _GONE  # nothing more is read from this connection: it closes after
+        self._body.set_exception(BodyFramingError(f"bad chunked body: {why}"))
+
+    # -- the request -----------------------------------------------------------------------
+
+    async def _serve(self, req: _Request) -> None:
+        state = self.server.state
+        start = time.perf_counter()
+        status = 500
+        close = not req.keep_alive
+        try:
+            if state.draining:
+                status, text, headers = 503, error_body("shutting_down",
+                                                        "the node is shutting down"), {}
+                close = True
+            else:
+                state.inflight += 1
+                try:
+                    try:
+                        body_hash = state.auth.check("PUT", req.raw_path, req.query,
+                                                     req.headers, self._remote)
+                        rid, length, stream = put_params(req.raw_id, req.headers, req.declared,
+                                                         state)
+                        answer = await store_put(state, rid, length, stream, req.body,
+                                                 body_hash or UNSIGNED)
+                        status, text, headers = 201, json.dumps(answer), {}
+                    except Exception as exc:  # noqa: BLE001 - every failure becomes a response
+                        err = refusal(exc, "PUT", req.raw_path)
+                        status, text, headers = err.status, error_body(err.code, err.message), \
+                            err.headers
+                finally:
+                    state.inflight -= 1
+            if not req.body.complete or req.body.size:
+                close = True  # the rest of an unwanted body is not read
+            self._respond(status, text, headers, close)
+        except Exception:  # noqa: BLE001 - a bug here must not leave the connection hanging
+            log.exception("internal error answering PUT %s", req.raw_path)
+            close = True
+            self.close()
+        finally:
+            state.metrics.count("PUT", "record_put", status, start)
+            self.server.served += 1
+            self._req = self._body = self._task = None
+        if not close:
+            self._next()
+
+    def _respond(self, status: int, text: str, headers: dict[str, str], close: bool) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        body = text.encode()
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())  # aiohttp's order
+        head = (f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n{extra}"
+                f"Content-Type: application/json; charset=utf-8\r\n"
+                f"Content-Length: {len(body)}\r\nDate: {rfc822_formatted_time()}\r\n"
+                f"Server: {SERVER_SOFTWARE}\r\n{_CLOSE if close else ''}\r\n")
+        transport.write(head.encode("latin-1") + body)
+        if close:
+            self._mode = _GONE
+            transport.close()
+
+    def _next(self) -> None:
+        """The PUT is answered and the connection stays: read the next request."""
+        if self.transport is None or self._mode != _WAIT:
+            return
+        self._mode = _HEAD
+        data, self._buf = bytes(self._buf), bytearray()
+        self.resume()
+        if data:
+            self._on_head_bytes(data)
+        else:
+            self._arm_idle()
+

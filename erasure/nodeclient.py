@@ -12,11 +12,13 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import sys
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 
 import aiohttp
+from aiohttp import http_writer
 
 from erasure.config import NodeSpec
 from zonestore.nodeauth import sign_headers
@@ -25,6 +27,17 @@ from zonestore.nodeauth import sign_headers
 # or a reused connection fails with "Cannot write to closing transport".
 KEEPALIVE_TIMEOUT = 4.0
 FULL_BACKOFF = 60.0  # seconds a node that answered 507 gets no new archives
+
+# Archive PUTs are chunked (the metadata blob's length is known only at the end), and aiohttp
+# writes each chunk as (size line, data, CRLF) with transport.writelines() -- unless it deems
+# writelines unsafe, then it joins the three into one new bytes: a copy of every byte the
+# gateway sends to a node, 1.25 GiB per GiB uploaded. It deems it unsafe on every Python
+# before 3.12.9 because of a bug in the writelines asyncio's selector transport gained in
+# 3.12.0. Before 3.12 there is no such method: asyncio's transports inherit one that joins,
+# as aiohttp would, and uvloop's (the gateway's loop) is a writev. So the copy is only needed
+# on 3.12.0-3.12.8 (and 3.13.0-3.13.1), where aiohttp's own flag stays as it is.
+if sys.version_info < (3, 12):
+    http_writer.SKIP_WRITELINES = False
 
 
 class NodeError(Exception):

@@ -5,6 +5,11 @@ UNSIGNED-PAYLOAD, small bodies are signed. Writes carry a random `nonce` query p
 the node accepts a write signature only once (replay protection) and a retry may fall in the
 same second. The client tracks whether its node is up: a connection failure or timeout marks it
 down, a successful request or health check marks it up again.
+
+Node-call observers (`NodeCallObserver`, given to `make_session` among its trace configs) are
+told of every request: node, operation, HTTP status (None: no answer) and the time to the
+response's headers. The client times its calls itself: aiohttp's own tracing, which did this
+before, builds and awaits several signal objects per request and per body chunk written.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ import json
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
+from weakref import WeakKeyDictionary
 
 import aiohttp
 from aiohttp import http_writer
@@ -68,13 +75,32 @@ class RecordHead:
     crc32c: int | None
 
 
+class NodeCallObserver(Protocol):
+    """Told of every node request a NodeClient makes (see the module docstring)."""
+
+    def node_call(self, node: str, operation: str, status: int | None,
+                  seconds: float) -> None: ...
+
+
+# The observers of each session made by make_session (NodeClient takes them from there).
+_observers: WeakKeyDictionary[aiohttp.ClientSession, tuple[NodeCallObserver, ...]] = \
+    WeakKeyDictionary()
+
+
 def make_session(limit_per_host: int = 64,
-                 trace_configs: list[aiohttp.TraceConfig] | None = None
+                 trace_configs: Iterable[aiohttp.TraceConfig | NodeCallObserver] | None = None
                  ) -> aiohttp.ClientSession:
+    """The node session; `trace_configs` may mix aiohttp TraceConfigs and NodeCallObservers."""
+    configs = list(trace_configs or ())
+    traces = [t for t in configs if isinstance(t, aiohttp.TraceConfig)]
+    observers = tuple(t for t in configs if not isinstance(t, aiohttp.TraceConfig))
     conn = aiohttp.TCPConnector(limit=0, limit_per_host=limit_per_host,
                                 keepalive_timeout=KEEPALIVE_TIMEOUT)
-    return aiohttp.ClientSession(connector=conn, auto_decompress=False,
-                                 trace_configs=trace_configs)
+    session = aiohttp.ClientSession(connector=conn, auto_decompress=False,
+                                    trace_configs=traces or None)
+    if observers:
+        _observers[session] = observers
+    return session
 
 
 class NodeClient:
@@ -90,6 +116,7 @@ class NodeClient:
         self.last_checked = 0.0
         self.bytes_read = 0      # record payload bytes received (GET bodies)
         self.full_until = 0.0    # monotonic time until which writes skip this node (507)
+        self.observers = _observers.get(session, ()) if session is not None else ()
 
     @property
     def writable(self) -> bool:
@@ -129,6 +156,26 @@ class NodeClient:
     def _url(self, path: str) -> str:
         return self.spec.url + path
 
+    async def _send(self, operation: str, method: str, path: str,
+                    **kwargs: Any) -> aiohttp.ClientResponse:
+        """The response to a request, once its headers are in (use it with `async with`);
+        observers learn the status and how long that took, or that no answer came."""
+        if not self.observers:
+            return await self.session.request(method, self.spec.url + path, **kwargs)
+        started = time.perf_counter()
+        try:
+            resp = await self.session.request(method, self.spec.url + path, **kwargs)
+        except BaseException:
+            self._observe(operation, None, started)
+            raise
+        self._observe(operation, resp.status, started)
+        return resp
+
+    def _observe(self, operation: str, status: int | None, started: float) -> None:
+        seconds = time.perf_counter() - started
+        for o in self.observers:
+            o.node_call(self.id, operation, status, seconds)
+
     # -- record API --------------------------------------------------------------------------
 
     async def put(self, record_id: str, body: AsyncIterable[bytes], *, length: int, stream: str,
@@ -152,7 +199,7 @@ class NodeClient:
             yield meta() if callable(meta) else meta
 
         try:
-            async with self.session.put(self._url(path), params=query, data=gen(),
+            async with await self._send("put", "PUT", path, params=query, data=gen(),
                                         headers=headers, timeout=self._timeout()) as resp:
                 if resp.status != 201:
                     raise await self._error(resp)
@@ -167,8 +214,9 @@ class NodeClient:
     async def head(self, record_id: str) -> RecordHead:
         path = f"/v1/records/{record_id}"
         try:
-            async with self.session.head(self._url(path), headers=self._headers("HEAD", path, {}, b""),
-                                         timeout=self._timeout()) as resp:
+            async with await self._send("head", "HEAD", path,
+                                        headers=self._headers("HEAD", path, {}, b""),
+                                        timeout=self._timeout()) as resp:
                 if resp.status != 200:
                     raise await self._error(resp)
                 return _head_of(record_id, resp)
@@ -189,9 +237,9 @@ class NodeClient:
         path = f"/v1/records/{record_id}"
         query = {"nonce": secrets.token_hex(8)}
         try:
-            async with self.session.delete(self._url(path), params=query,
-                                           headers=self._headers("DELETE", path, query, b""),
-                                           timeout=self._timeout()) as resp:
+            async with await self._send("delete", "DELETE", path, params=query,
+                                        headers=self._headers("DELETE", path, query, b""),
+                                        timeout=self._timeout()) as resp:
                 if resp.status == 404:
                     return False
                 if resp.status not in (200, 204):
@@ -207,7 +255,7 @@ class NodeClient:
         path = "/v1/records"
         query = {"prefix": prefix, "after": after, "limit": str(limit)}
         try:
-            async with self.session.get(self._url(path), params=query,
+            async with await self._send("list", "GET", path, params=query,
                                         headers=self._headers("GET", path, query, b""),
                                         timeout=self._timeout()) as resp:
                 if resp.status != 200:
@@ -236,8 +284,8 @@ class NodeClient:
         path = "/health/ready"
         self.last_checked = time.monotonic()
         try:
-            async with self.session.get(
-                self._url(path), headers=self._headers("GET", path, {}, b""),
+            async with await self._send(
+                "health", "GET", path, headers=self._headers("GET", path, {}, b""),
                 timeout=aiohttp.ClientTimeout(total=min(self.timeout, 5.0)),
             ) as resp:
                 text = (await resp.read())[:300].decode(errors="replace")
@@ -250,7 +298,8 @@ class NodeClient:
 
     async def stats(self) -> dict:
         path = "/v1/stats"
-        async with self.session.get(self._url(path), headers=self._headers("GET", path, {}, b""),
+        async with await self._send("stats", "GET", path,
+                                    headers=self._headers("GET", path, {}, b""),
                                     timeout=self._timeout()) as resp:
             if resp.status != 200:
                 raise await self._error(resp)
@@ -269,8 +318,8 @@ class RecordReader:
 
     def __init__(self, client: NodeClient, record_id: str, start: int, end: int | None) -> None:
         self.client, self.record_id, self.start, self.end = client, record_id, start, end
-        self._cm = None
         self.resp: aiohttp.ClientResponse | None = None
+        self._open = False  # resp is to be released
         self.head: RecordHead | None = None
         self.expected = 0
         self._rest: memoryview | None = None  # the unread tail of the last chunk
@@ -283,8 +332,9 @@ class RecordReader:
             last = "" if self.end is None else str(self.end - 1)
             headers["Range"] = f"bytes={self.start}-{last}"
         try:
-            self._cm = c.session.get(c._url(path), headers=headers, timeout=c._timeout())
-            self.resp = await self._cm.__aenter__()
+            self.resp = await c._send("get", "GET", path, headers=headers,
+                                      timeout=c._timeout())
+            self._open = True
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
             raise c._down(e) from e
         if self.resp.status not in (200, 206):
@@ -353,9 +403,9 @@ class RecordReader:
         return self.client._down(e)
 
     async def _close(self) -> None:
-        if self._cm is not None:
-            cm, self._cm = self._cm, None
-            await cm.__aexit__(None, None, None)
+        if self._open and self.resp is not None:
+            self._open = False
+            await self.resp.__aexit__(None, None, None)
 
     async def __aexit__(self, *exc) -> None:
         await self._close()

@@ -3,10 +3,11 @@
 What is measured, and where:
 - S3 requests (operation, status), time to first byte and total time, body bytes received and
   sent, requests in flight: `MetricsMiddleware`, an ASGI middleware around the S3 app.
-- Node calls by node, operation and outcome, with latency: an aiohttp `TraceConfig`
-  (`node_call_tracing`) given to the erasure cluster's HTTP session. The latency runs to the
-  node's response headers: for a PUT that is after the whole archive was sent and committed,
-  for a GET it is the time to the first byte.
+- Node calls by node, operation and outcome, with latency: `NodeCallMetrics`, an observer
+  (erasure.nodeclient.NodeCallObserver) given to the erasure cluster's HTTP session, told of
+  each call by the node client itself. The latency runs to the node's response headers: for a
+  PUT that is after the whole archive was sent and committed, for a GET it is the time to the
+  first byte.
 - Erasure events (degraded reads and writes, failed-quorum writes, fragment errors, encode and
   decode seconds and bytes): the erasure layer counts them in `ErasureCluster.stats` (a
   `collections.Counter`); `ErasureStats` is a Counter that also feeds them to Prometheus, so the
@@ -35,9 +36,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-from urllib.parse import urlsplit
 
-import aiohttp
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -397,14 +396,6 @@ def metrics_endpoint(metrics: GatewayMetrics | None = None) -> ASGIApp:
 
 # -- node calls -------------------------------------------------------------------------------
 
-def _node_operation(method: str, path: str) -> str:
-    if path.startswith("/v1/records/"):
-        return {"PUT": "put", "GET": "get", "HEAD": "head", "DELETE": "delete"}.get(method,
-                                                                                    "other")
-    return {"/v1/records": "list", "/v1/stats": "stats", "/health/ready": "health",
-            "/health/live": "health", "/metrics": "metrics"}.get(path, "other")
-
-
 def _outcome(status: int) -> str:
     if status < 400:
         return "ok"
@@ -415,53 +406,41 @@ def _outcome(status: int) -> str:
     return "client_error" if status < 500 else "server_error"
 
 
-def node_call_tracing(nodes: Iterable[tuple[str, str]],
-                      metrics: GatewayMetrics | None = None) -> aiohttp.TraceConfig:
-    """A TraceConfig that counts and times requests to the given (node id, base url) pairs;
-    requests to other hosts are ignored."""
-    by_netloc = {urlsplit(url).netloc.lower(): nid for nid, url in nodes}
-    trace = aiohttp.TraceConfig()
+class NodeCallMetrics:
+    """Counts and times the node calls of an erasure cluster's node clients (their
+    NodeCallObserver): `node_requests_total{node,operation,outcome}` and
+    `node_request_duration_seconds{node,operation}`; a call that got no answer (connection
+    refused, timeout, cancelled) has the outcome `unavailable`."""
 
-    def node_of(url: Any) -> str | None:
-        return by_netloc.get(f"{url.host}:{url.port}".lower()) if url.host else None
+    def __init__(self, metrics: GatewayMetrics | None = None) -> None:
+        self._metrics = metrics
+        # labels() costs a lock and a tuple per call: keep the children
+        self._calls: dict[tuple[str, str, int | None], Any] = {}
+        self._latency: dict[tuple[str, str], Any] = {}
 
-    async def on_start(_session: Any, ctx: SimpleNamespace, _params: Any) -> None:
-        ctx.zg_start = time.perf_counter()
-
-    def finish(ctx: SimpleNamespace, method: str, url: Any, outcome: str) -> None:
-        nid = node_of(url)
-        if nid is None:
-            return
-        m = metrics or get_metrics()
-        op = _node_operation(method, url.path)
-        m.node_calls.labels(nid, op, outcome).inc()
-        start = getattr(ctx, "zg_start", None)
-        if start is not None:
-            m.node_latency.labels(nid, op).observe(time.perf_counter() - start)
-
-    async def on_end(_session: Any, ctx: SimpleNamespace,
-                     params: aiohttp.TraceRequestEndParams) -> None:
-        finish(ctx, params.method, params.url, _outcome(params.response.status))
-
-    async def on_exception(_session: Any, ctx: SimpleNamespace,
-                           params: aiohttp.TraceRequestExceptionParams) -> None:
-        finish(ctx, params.method, params.url, "unavailable")
-
-    trace.on_request_start.append(on_start)
-    trace.on_request_end.append(on_end)
-    trace.on_request_exception.append(on_exception)
-    return trace
+    def node_call(self, node: str, operation: str, status: int | None, seconds: float) -> None:
+        calls = self._calls.get((node, operation, status))
+        if calls is None:
+            m = self._metrics or get_metrics()
+            outcome = "unavailable" if status is None else _outcome(status)
+            calls = self._calls[(node, operation, status)] = m.node_calls.labels(
+                node, operation, outcome)
+        latency = self._latency.get((node, operation))
+        if latency is None:
+            m = self._metrics or get_metrics()
+            latency = self._latency[(node, operation)] = m.node_latency.labels(node, operation)
+        calls.inc()
+        latency.observe(seconds)
 
 
 def instrument_cluster(cluster: Any, metrics: GatewayMetrics | None = None) -> None:
     """Before `cluster.start()`: count the erasure cluster's node calls and events."""
     m = metrics or get_metrics()
     cluster.stats = ErasureStats(m, getattr(cluster, "stats", {}).items())
-    nodes = [(n.id, n.url) for n in cluster.config.nodes]
     if getattr(cluster, "write_quorum", None) is not None:
         m.write_quorum.set(cluster.write_quorum)
     if hasattr(cluster, "trace_configs"):
-        cluster.trace_configs.append(node_call_tracing(nodes, m))
+        cluster.trace_configs.append(NodeCallMetrics(m))
     queue = getattr(cluster, "repair_queue", None)
     if queue is not None:
         # made now, not at the first queued part: its existence tells `zonegate status` that

@@ -187,6 +187,7 @@ class GatewayMetrics:
         # labels() costs a lock and a tuple per call: keep the children of each operation
         self._per_op: dict[str, tuple[Any, Any, Any, Any]] = {}
         self._per_status: dict[tuple[str, int], Any] = {}
+        self._per_stat: dict[str, Any] = {}  # ErasureCluster.stats key -> metric (child)
 
     def for_operation(self, op: str) -> tuple[Any, Any, Any, Any]:
         """(ttfb, duration, received, sent) children of an operation."""
@@ -206,11 +207,16 @@ class GatewayMetrics:
 
     def erasure_event(self, key: str, amount: float) -> None:
         """Count `amount` of an ErasureCluster.stats key; unknown keys are ignored."""
-        spec = _STATS_KEYS.get(key)
-        if spec is None or amount <= 0:
+        if amount <= 0:
             return
-        metric = getattr(self, spec[0])
-        (metric.labels(*spec[1]) if spec[1] else metric).inc(amount)
+        metric = self._per_stat.get(key)
+        if metric is None:  # first time (the erasure layer counts twice per segment)
+            spec = _STATS_KEYS.get(key)
+            if spec is None:
+                return
+            metric = getattr(self, spec[0])
+            metric = self._per_stat[key] = metric.labels(*spec[1]) if spec[1] else metric
+        metric.inc(amount)
 
     def watch_repair_queue(self, state_dir: str | os.PathLike[str]) -> None:
         """Report the parts queued for repair under `state_dir` (erasure's RepairQueue)."""

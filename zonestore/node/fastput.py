@@ -18,17 +18,29 @@ HTTP/1.1` (unreserved characters only, so the raw path and query are what aiohtt
 decode), at most 64 headers of at most 8190 bytes each, printable ASCII, no duplicate names,
 framed by a decimal Content-Length or by `Transfer-Encoding: chunked` (the gateway's node
 client streams its bodies chunked), with no `Expect` or `Upgrade` and a `Connection` of
-keep-alive or close. Anything else - another method or path, HTTP/1.0, 100-continue, an odd or
-oversized head - hands the connection to aiohttp for good, with the bytes seen so far, before
-anything of that request is consumed: aiohttp then answers it (and refuses bad input) exactly
-as it did before this path existed. A PUT can be followed by any request on the same
-keep-alive connection.
+keep-alive or close. Every other request is aiohttp's, so it is answered (and bad input
+refused) exactly as before this path existed:
+- a well-formed HTTP/1.1 request framed by Content-Length (or bodiless: GET, HEAD, DELETE,
+  health checks, 100-continue PUTs) is lent to a fresh aiohttp RequestHandler on this
+  connection (`Delegate`), told to end after that one request; when it would keep the
+  connection alive, the connection comes back here for the next request. The gateway's node
+  client pools its connections for every kind of request (health checks every few seconds,
+  deletes of overwritten parts), so without this each connection would soon be aiohttp's;
+- anything else (HTTP/1.0, chunked non-PUTs, odd or oversized heads) hands the connection to
+  aiohttp for good, with the bytes seen so far, before anything of that request is consumed.
 
 Bounded memory: the body is buffered up to 2 record chunks (as aiohttp's stream reader with the
 node's 1 MiB read buffer), then the socket is paused until the handler takes a chunk; bytes of a
 next (pipelined) request wait in a buffer of at most 64 KiB. A chunked body whose framing
-breaks after the head is refused 400 bad_body and the connection closed, as aiohttp's stream
-reader does once a handler runs.
+breaks after the head is refused 400 bad_body and the connection closed (aiohttp answered a
+plain-text 400 when the bad framing came in the same read as the head, and left the request
+hanging when it came later). Taking a connection back from aiohttp reads two of its
+RequestHandler's attributes (`_keepalive`, `_force_close`); should they go, connections are
+closed after a lent request instead (tests/test_node_fast_put.py would fail).
+
+Not done: reading the body into record-chunk buffers (a BufferedProtocol) would save the
+join of each chunk, but the zone log's writer copies any buffer that is not immutable bytes,
+so the copy would only move.
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ import socket
 import time
 from collections.abc import Callable
 from http import HTTPStatus
+from typing import Any
 
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
@@ -66,6 +79,7 @@ _QUERY_ITEM = rb"[A-Za-z0-9._~-]+=[A-Za-z0-9._~-]*"
 _REQUEST_LINE = re.compile(
     rb"PUT (/v1/records/([A-Za-z0-9_:][A-Za-z0-9._:-]{0,199}))"
     rb"(?:\?(" + _QUERY_ITEM + rb"(?:&" + _QUERY_ITEM + rb")*))? HTTP/1\.1")
+_OTHER_LINE = re.compile(rb"[A-Z]{1,16} /[\x21-\x7e]* HTTP/1\.1")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VALUE = re.compile(rb"[\x20-\x7e\t]*")
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,15})(?:;[\x20-\x7e\t]*)?")
@@ -74,7 +88,7 @@ _REASONS = {s.value: s.phrase for s in HTTPStatus}
 _CLOSE = "Connection: close\r\n"
 
 # Connection modes.
-_HEAD, _BODY, _WAIT, _GONE = range(4)
+_HEAD, _BODY, _WAIT, _AIO, _GONE = range(5)
 # Chunked-body states.
 _C_SIZE, _C_DATA, _C_CRLF, _C_TRAILER = range(4)
 
@@ -97,14 +111,17 @@ class _Request:
         self.body: _Body | None = None
 
 
-def parse_head(head: bytes) -> _Request | None:
-    """The lean request a head (without its final blank line) is, or None if aiohttp should
-    have it (see the module docstring)."""
+def parse_head(head: bytes) -> _Request | int | None:
+    """What to do with a request head (without its final blank line): a `_Request` to serve on
+    the lean path; an int, the length of a body-framed-by-Content-Length request that aiohttp
+    should answer on this connection before it comes back (`Delegate`); None to give aiohttp
+    the connection for good (anything odd, see the module docstring)."""
     lines = head.split(b"\r\n")
     if len(lines) - 1 > MAX_HEADERS or len(lines[0]) > MAX_LINE:
         return None
-    m = _REQUEST_LINE.fullmatch(lines[0])
-    if m is None:
+    first = lines[0]
+    m = _REQUEST_LINE.fullmatch(first)
+    if m is None and _OTHER_LINE.fullmatch(first) is None:
         return None
     pairs = []
     for line in lines[1:]:
@@ -116,8 +133,7 @@ def parse_head(head: bytes) -> _Request | None:
             return None
         pairs.append((name.decode("ascii"), value.decode("ascii")))
     headers = CIMultiDict(pairs)
-    if len({k.lower() for k in headers}) != len(pairs) or "Expect" in headers \
-            or "Upgrade" in headers:
+    if len({k.lower() for k in headers}) != len(pairs) or "Upgrade" in headers:
         return None
     conn = headers.get("Connection")
     if conn is None:
@@ -129,11 +145,16 @@ def parse_head(head: bytes) -> _Request | None:
         keep_alive = conn == "keep-alive"
     te = headers.get("Transfer-Encoding")
     cl = headers.get("Content-Length")
+    if cl is not None and _DIGITS.fullmatch(cl) is None:
+        return None
+    if m is None or "Expect" in headers:
+        # Another request: aiohttp answers it here if it ends where Content-Length says.
+        return int(cl or 0) if te is None else None
     if te is not None:
         if cl is not None or te.lower() != "chunked":
             return None
         declared = None
-    elif cl is not None and _DIGITS.fullmatch(cl):
+    elif cl is not None:
         declared = int(cl)
     else:
         return None
@@ -211,6 +232,27 @@ class _Body:
         return got
 
 
+class Delegate:
+    """The transport aiohttp's RequestHandler gets for a request delegated to it: the
+    connection's own, except that closing it may give the connection back to the lean path
+    (`LeanProtocol._take_back`). The node's middleware sets `answered` once the request's
+    handler has returned."""
+
+    def __init__(self, lean: LeanProtocol, transport: asyncio.Transport) -> None:
+        self._lean = lean
+        self._transport = transport
+        self.answered = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def close(self) -> None:
+        lean, self._lean = self._lean, None
+        if lean is not None and lean._take_back(self):
+            return
+        self._transport.close()
+
+
 class LeanServer:
     """The node's protocol factory (`loop.create_server(LeanServer(...), sock=...)`)."""
 
@@ -220,7 +262,8 @@ class LeanServer:
         self.loop = asyncio.get_running_loop()
         self.connections: set[LeanProtocol] = set()
         self.served = 0  # requests answered on the lean path
-        self.handed_off = 0  # connections given to aiohttp
+        self.delegated = 0  # requests aiohttp answered on a lean connection
+        self.handed_off = 0  # connections given to aiohttp for good
 
     def __call__(self) -> LeanProtocol:
         return LeanProtocol(self)
@@ -252,6 +295,8 @@ class LeanProtocol(asyncio.Protocol):
         self._paused = False
         self._idle: asyncio.TimerHandle | None = None
         self._task: asyncio.Task | None = None
+        self._aio: Any = None  # aiohttp's RequestHandler answering a request delegated to it
+        self._aio_left = 0  # bytes of that request not yet passed to it
 
     # -- transport events ------------------------------------------------------------------
 
@@ -274,6 +319,9 @@ class LeanProtocol(asyncio.Protocol):
         self._cancel_idle()
         self._mode = _GONE
         self.transport = None
+        if self._aio is not None:
+            self._aio.connection_lost(exc)
+            self._aio = None
         body = self._body
         if body is not None and not body.complete:
             body.set_exception(exc or ConnectionResetError("Connection lost"))
@@ -289,13 +337,25 @@ class LeanProtocol(asyncio.Protocol):
                 data = bytes(self._buf)
                 self._buf = bytearray()
             self._on_head_bytes(data)
+        elif mode == _AIO:
+            self._feed_aio(data, 0)
         elif mode == _WAIT:
             self._buf += data
             if len(self._buf) > MAX_PENDING:
                 self.pause()
 
-    # eof_received: the default (None) lets the transport close; a body cut short then fails
-    # with "Connection lost" in connection_lost, as on aiohttp.
+    def eof_received(self) -> bool | None:
+        # None lets the transport close; a body cut short then fails with "Connection lost" in
+        # connection_lost, as on aiohttp.
+        return self._aio.eof_received() if self._aio is not None else None
+
+    def pause_writing(self) -> None:
+        if self._aio is not None:  # a GET aiohttp streams must wait for the socket
+            self._aio.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._aio is not None:
+            self._aio.resume_writing()
 
     # -- flow control ----------------------------------------------------------------------
 
@@ -332,9 +392,6 @@ class LeanProtocol(asyncio.Protocol):
 
     def _on_head_bytes(self, data: bytes) -> None:
         """`data` starts a request: serve it here, or give the connection to aiohttp."""
-        if not b"PUT /v1/records/".startswith(data[:16]):
-            self._hand_off(data)
-            return
         end = data.find(b"\r\n\r\n")
         if end < 0:
             if len(data) > MAX_HEAD:
@@ -346,6 +403,9 @@ class LeanProtocol(asyncio.Protocol):
         req = parse_head(data[:end])
         if req is None:
             self._hand_off(data)
+            return
+        if type(req) is int:
+            self._delegate(data, end + 4 + req)
             return
         self._req = req
         self._body = req.body = _Body(self)
@@ -378,6 +438,52 @@ class LeanProtocol(asyncio.Protocol):
         self.transport = None
         if data:
             handler.data_received(data)
+
+    def _delegate(self, data: bytes, size: int) -> None:
+        """Let aiohttp answer the request of `size` bytes at the start of `data` on this
+        connection; it comes back to the lean path once answered (`_take_back`)."""
+        self._mode = _AIO
+        self.server.delegated += 1
+        self._aio = aio = self.server.handler_factory()
+        aio.connection_made(Delegate(self, self.transport))
+        self._aio_left = size
+        self._feed_aio(data, 0)
+
+    def _feed_aio(self, data: bytes, pos: int) -> None:
+        aio = self._aio
+        n = len(data) - pos
+        if n < self._aio_left:
+            self._aio_left -= n
+            aio.data_received(data if pos == 0 else data[pos:])
+            return
+        end = pos + self._aio_left
+        if self._aio_left:
+            aio.data_received(data[pos:end])
+            self._aio_left = 0
+            # One request only: once it is answered aiohttp ends its loop (instead of waiting
+            # for another) and closes its transport, the cue to take the connection back.
+            # (Not before its last byte: aiohttp ignores what arrives after close().)
+            aio.close()
+        if end < len(data):
+            self._buf += memoryview(data)[end:]  # the next request waits for the answer
+            if len(self._buf) > MAX_PENDING:
+                self.pause()
+
+    def _take_back(self, delegate: Delegate) -> bool:
+        """aiohttp closes the delegate transport: if it answered its request in full and would
+        keep the connection alive, the connection comes back to the lean path (True);
+        otherwise (an error, a refusal that closes, shutdown) it really closes (False)."""
+        aio = self._aio
+        if aio is None or self._mode != _AIO or self._aio_left or not delegate.answered \
+                or getattr(aio, "_force_close", True) or not getattr(aio, "_keepalive", False):
+            return False
+        self._aio = None
+        aio.transport = None  # so that its connection_lost below leaves the socket open
+        aio.connection_lost(None)  # unregisters it from aiohttp's server
+        self._mode = _WAIT
+        self._paused = True  # whatever aiohttp left paused, _next resumes reading
+        self.loop.call_soon(self._next)
+        return True
 
     # -- request body ----------------------------------------------------------------------
 

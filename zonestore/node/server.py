@@ -36,7 +36,7 @@ from zonestore.device import ZonedDevice
 from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_drive
 from zonestore.node.auth import AuthCheck, check_signature, make_auth_check
 from zonestore.node.errors import error_response, json_error
-from zonestore.node.fastput import LeanServer
+from zonestore.node.fastput import Delegate, LeanServer
 from zonestore.node.handlers import add_routes
 from zonestore.node.metrics import NodeMetrics
 from zonestore.node.state import DEFAULT_MAX_RECORD_SIZE, MAX_META_SIZE, STATE, NodeState
@@ -228,6 +228,9 @@ def _node_middleware(state: NodeState, auth: AuthCheck):
             raise
         finally:
             metrics.observe(request, status, start)
+            transport = request.transport
+            if type(transport) is Delegate:  # a request the lean path gave to aiohttp
+                transport.answered = True
 
     return node_middleware
 

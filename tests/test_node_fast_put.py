@@ -240,10 +240,16 @@ def test_keep_alive_put_put_then_get_and_list_on_one_connection(cluster):
 def test_pipelined_put_and_get_in_one_write(cluster):
     c = Conn(port_of(cluster))
     try:
-        c.send(put_request("pipe.1", b"pipelined", b"") + get_request("/v1/records/pipe.1"))
+        c.send(put_request("pipe.1", b"pipelined", b"") + get_request("/v1/records/pipe.1")
+               + get_request("/health/ready") + put_request("pipe.2", b"second", b"")
+               + get_request("/v1/records/pipe.2"))
         assert c.response()[0] == 201
         status, _, body = c.response()
         assert status == 200 and body == b"pipelined"
+        assert c.response()[0] == 200
+        assert c.response()[0] == 201
+        status, _, body = c.response()
+        assert status == 200 and body == b"second"
     finally:
         c.close()
 
@@ -464,11 +470,14 @@ async def test_lean_path_serves_puts_and_lends_other_requests_to_aiohttp(node):
         # The GET was aiohttp's; the connection came back for the next PUT.
         await put("ip.3", b"d" * 70_000)
         assert (node.lean.served, node.lean.delegated, node.lean.handed_off) == (3, 1, 0)
-        async with session.get(node.url + "/health/ready",
-                               headers=sign_headers(SECRET, "GET", "/health/ready")) as resp:
-            assert resp.status == 200
+        # Requests in a row that are not lean PUTs share one aiohttp handler.
+        for path in ("/health/ready", "/v1/records/ip.3", "/v1/stats"):
+            async with session.get(node.url + path,
+                                   headers=sign_headers(SECRET, "GET", path, None, b"")) as resp:
+                assert resp.status == 200
+        assert (node.lean.delegated, node.lean.lent_handlers) == (4, 2)
         await put("ip.4", b"e" * 70_000)
-        assert (node.lean.served, node.lean.delegated, node.lean.handed_off) == (4, 2, 0)
+        assert (node.lean.served, node.lean.delegated, node.lean.handed_off) == (4, 4, 0)
         assert len(node.lean.connections) == 1
     # HTTP/1.0 (or anything odd) gives aiohttp the connection for good.
     status, _, _ = await asyncio.to_thread(

@@ -21,11 +21,12 @@ client streams its bodies chunked), with no `Expect` or `Upgrade` and a `Connect
 keep-alive or close. Every other request is aiohttp's, so it is answered (and bad input
 refused) exactly as before this path existed:
 - a well-formed HTTP/1.1 request framed by Content-Length (or bodiless: GET, HEAD, DELETE,
-  health checks, 100-continue PUTs) is lent to a fresh aiohttp RequestHandler on this
-  connection (`Delegate`), told to end after that one request; when it would keep the
-  connection alive, the connection comes back here for the next request. The gateway's node
-  client pools its connections for every kind of request (health checks every few seconds,
-  deletes of overwritten parts), so without this each connection would soon be aiohttp's;
+  health checks, 100-continue PUTs) is lent to an aiohttp RequestHandler on this connection
+  (`Delegate`), which keeps it while requests are not lean PUTs (or it is idle: aiohttp's
+  keep-alive timeout applies) and lets go, as if the connection were lost but without closing
+  it, when the next lean PUT comes. The gateway's node client pools its connections for every
+  kind of request (health checks every few seconds, deletes of overwritten parts), so without
+  this each connection would soon be aiohttp's;
 - anything else (HTTP/1.0, chunked non-PUTs, odd or oversized heads) hands the connection to
   aiohttp for good, with the bytes seen so far, before anything of that request is consumed.
 
@@ -34,9 +35,7 @@ node's 1 MiB read buffer), then the socket is paused until the handler takes a c
 next (pipelined) request wait in a buffer of at most 64 KiB. A chunked body whose framing
 breaks after the head is refused 400 bad_body and the connection closed (aiohttp answered a
 plain-text 400 when the bad framing came in the same read as the head, and left the request
-hanging when it came later). Taking a connection back from aiohttp reads two of its
-RequestHandler's attributes (`_keepalive`, `_force_close`); should they go, connections are
-closed after a lent request instead (tests/test_node_fast_put.py would fail).
+hanging when it came later).
 
 Not done: reading the body into record-chunk buffers (a BufferedProtocol) would save the
 join of each chunk, but the zone log's writer copies any buffer that is not immutable bytes,
@@ -113,9 +112,9 @@ class _Request:
 
 def parse_head(head: bytes) -> _Request | int | None:
     """What to do with a request head (without its final blank line): a `_Request` to serve on
-    the lean path; an int, the length of a body-framed-by-Content-Length request that aiohttp
-    should answer on this connection before it comes back (`Delegate`); None to give aiohttp
-    the connection for good (anything odd, see the module docstring)."""
+    the lean path; an int, the length of a request framed by Content-Length (or bodiless) to
+    lend to aiohttp (`Delegate`); None to give aiohttp the connection for good (anything odd,
+    see the module docstring)."""
     lines = head.split(b"\r\n")
     if len(lines) - 1 > MAX_HEADERS or len(lines[0]) > MAX_LINE:
         return None
@@ -233,24 +232,21 @@ class _Body:
 
 
 class Delegate:
-    """The transport aiohttp's RequestHandler gets for a request delegated to it: the
-    connection's own, except that closing it may give the connection back to the lean path
-    (`LeanProtocol._take_back`). The node's middleware sets `answered` once the request's
-    handler has returned."""
+    """The transport an aiohttp RequestHandler gets when the lean path lends it requests: the
+    connection's own. The node's middleware calls `answered()` once it has written a lent
+    request's whole answer, so that the lean path may read the next request."""
 
     def __init__(self, lean: LeanProtocol, transport: asyncio.Transport) -> None:
         self._lean = lean
         self._transport = transport
-        self.answered = False
+        self.answered_all = True
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
-    def close(self) -> None:
-        lean, self._lean = self._lean, None
-        if lean is not None and lean._take_back(self):
-            return
-        self._transport.close()
+    def answered(self) -> None:
+        self.answered_all = True
+        self._lean.loop.call_soon(self._lean._aio_next)
 
 
 class LeanServer:
@@ -262,7 +258,8 @@ class LeanServer:
         self.loop = asyncio.get_running_loop()
         self.connections: set[LeanProtocol] = set()
         self.served = 0  # requests answered on the lean path
-        self.delegated = 0  # requests aiohttp answered on a lean connection
+        self.delegated = 0  # requests lent to aiohttp on a lean connection
+        self.lent_handlers = 0  # aiohttp RequestHandlers made for them
         self.handed_off = 0  # connections given to aiohttp for good
 
     def __call__(self) -> LeanProtocol:
@@ -297,6 +294,7 @@ class LeanProtocol(asyncio.Protocol):
         self._task: asyncio.Task | None = None
         self._aio: Any = None  # aiohttp's RequestHandler answering a request delegated to it
         self._aio_left = 0  # bytes of that request not yet passed to it
+        self._delegate_tr: Delegate | None = None
 
     # -- transport events ------------------------------------------------------------------
 
@@ -338,7 +336,13 @@ class LeanProtocol(asyncio.Protocol):
                 self._buf = bytearray()
             self._on_head_bytes(data)
         elif mode == _AIO:
-            self._feed_aio(data, 0)
+            if self._aio_left:
+                self._feed_aio(data, 0)
+            else:
+                self._buf += data
+                if len(self._buf) > MAX_PENDING:
+                    self.pause()
+                self._aio_next()
         elif mode == _WAIT:
             self._buf += data
             if len(self._buf) > MAX_PENDING:
@@ -395,17 +399,23 @@ class LeanProtocol(asyncio.Protocol):
         end = data.find(b"\r\n\r\n")
         if end < 0:
             if len(data) > MAX_HEAD:
+                if self._aio is not None:
+                    self._detach_aio()
                 self._hand_off(data)
+            elif self._aio is not None:
+                self._buf += data  # aiohttp's keep-alive timeout applies meanwhile
             else:
                 self._buf += data
                 self._arm_idle()
             return
         req = parse_head(data[:end])
-        if req is None:
-            self._hand_off(data)
-            return
         if type(req) is int:
             self._delegate(data, end + 4 + req)
+            return
+        if self._aio is not None:
+            self._detach_aio()
+        if req is None:
+            self._hand_off(data)
             return
         self._req = req
         self._body = req.body = _Body(self)
@@ -441,49 +451,52 @@ class LeanProtocol(asyncio.Protocol):
 
     def _delegate(self, data: bytes, size: int) -> None:
         """Let aiohttp answer the request of `size` bytes at the start of `data` on this
-        connection; it comes back to the lean path once answered (`_take_back`)."""
-        self._mode = _AIO
+        connection. Its RequestHandler stays while requests are not lean PUTs (and while the
+        connection is idle: its keep-alive timeout applies); the next lean PUT detaches it."""
         self.server.delegated += 1
-        self._aio = aio = self.server.handler_factory()
-        aio.connection_made(Delegate(self, self.transport))
+        if self._aio is None:
+            self._mode = _AIO
+            self._delegate_tr = Delegate(self, self.transport)
+            self._aio = self.server.handler_factory()
+            self._aio.connection_made(self._delegate_tr)
+            self.server.lent_handlers += 1
+        self._delegate_tr.answered_all = False
         self._aio_left = size
         self._feed_aio(data, 0)
 
     def _feed_aio(self, data: bytes, pos: int) -> None:
-        aio = self._aio
         n = len(data) - pos
-        if n < self._aio_left:
+        if n <= self._aio_left:
             self._aio_left -= n
-            aio.data_received(data if pos == 0 else data[pos:])
+            if n:
+                self._aio.data_received(data if pos == 0 else data[pos:])
             return
         end = pos + self._aio_left
         if self._aio_left:
-            aio.data_received(data[pos:end])
+            self._aio.data_received(data[pos:end])
             self._aio_left = 0
-            # One request only: once it is answered aiohttp ends its loop (instead of waiting
-            # for another) and closes its transport, the cue to take the connection back.
-            # (Not before its last byte: aiohttp ignores what arrives after close().)
-            aio.close()
-        if end < len(data):
-            self._buf += memoryview(data)[end:]  # the next request waits for the answer
-            if len(self._buf) > MAX_PENDING:
-                self.pause()
+        self._buf += memoryview(data)[end:]  # the next request waits for the answer
+        if len(self._buf) > MAX_PENDING:
+            self.pause()
+        self._aio_next()
 
-    def _take_back(self, delegate: Delegate) -> bool:
-        """aiohttp closes the delegate transport: if it answered its request in full and would
-        keep the connection alive, the connection comes back to the lean path (True);
-        otherwise (an error, a refusal that closes, shutdown) it really closes (False)."""
-        aio = self._aio
-        if aio is None or self._mode != _AIO or self._aio_left or not delegate.answered \
-                or getattr(aio, "_force_close", True) or not getattr(aio, "_keepalive", False):
-            return False
-        self._aio = None
-        aio.transport = None  # so that its connection_lost below leaves the socket open
-        aio.connection_lost(None)  # unregisters it from aiohttp's server
-        self._mode = _WAIT
-        self._paused = True  # whatever aiohttp left paused, _next resumes reading
-        self.loop.call_soon(self._next)
-        return True
+    def _aio_next(self) -> None:
+        """Once aiohttp has answered the lent request, read the next one, if any."""
+        if self._mode == _AIO and not self._aio_left and self._delegate_tr.answered_all \
+                and self._buf and self.transport is not None:
+            data, self._buf = bytes(self._buf), bytearray()
+            if self._paused:
+                self._paused = False
+                self.transport.resume_reading()
+            self._on_head_bytes(data)
+
+    def _detach_aio(self) -> None:
+        """The lent requests are answered and a lean one comes: aiohttp lets go (as if the
+        connection were lost, except that it is not closed)."""
+        aio, self._aio = self._aio, None
+        aio.transport = None  # so that its connection_lost leaves the socket open
+        aio.connection_lost(None)  # ends its request loop, unregisters it from aiohttp's server
+        self._mode = _HEAD
 
     # -- request body ----------------------------------------------------------------------
 

@@ -191,6 +191,14 @@ def _close_drive(d: _Drive) -> None:
         os.close(d.lock_fd)
 
 
+async def _finish(request: web.Request, resp: web.StreamResponse) -> None:
+    """Write the whole answer of a request the lean path lent to aiohttp (fastput.Delegate)
+    before it may read the next request (aiohttp would write it after the middleware)."""
+    with contextlib.suppress(ConnectionError):  # aiohttp's own write then meets it quietly
+        await resp.prepare(request)
+        await resp.write_eof()
+
+
 def _node_middleware(state: NodeState, auth: AuthCheck):
     """Metrics, drain, errors and auth as one middleware (one frame and await per request
     instead of four), in the order they nest: metrics count every answer, refusals included;
@@ -202,11 +210,16 @@ def _node_middleware(state: NodeState, auth: AuthCheck):
     async def node_middleware(request: web.Request, handler) -> web.StreamResponse:
         start = time.perf_counter()
         status = 500
+        lent = request.transport
+        if type(lent) is not Delegate:
+            lent = None
         try:
             if state.draining and request.path != "/health/live":
                 resp = json_error(503, "shutting_down", "the node is shutting down")
                 resp.force_close()
                 status = resp.status
+                if lent is not None:
+                    await _finish(request, resp)
                 return resp
             state.inflight += 1
             try:
@@ -222,15 +235,16 @@ def _node_middleware(state: NodeState, auth: AuthCheck):
             finally:
                 state.inflight -= 1
             status = resp.status
+            if lent is not None:
+                await _finish(request, resp)
             return resp
         except web.HTTPException as exc:
             status = exc.status
             raise
         finally:
             metrics.observe(request, status, start)
-            transport = request.transport
-            if type(transport) is Delegate:  # a request the lean path gave to aiohttp
-                transport.answered = True
+            if lent is not None:
+                lent.answered()
 
     return node_middleware
 

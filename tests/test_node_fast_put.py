@@ -514,3 +514,36 @@ async def test_shutdown_lets_a_lean_put_finish_and_refuses_new_ones(node):
     assert await r_busy.read() == b""  # closed once drained
     for w in (w_idle, w_busy):
         w.close()
+
+
+def test_head_parser_takes_only_what_it_reads_exactly_as_aiohttp():
+    from zonestore.node.fastput import parse_head
+
+    base = b"PUT /v1/records/x.f01?nonce=ab HTTP/1.1\r\nContent-Length: 3\r\n"
+    req = parse_head(base + b"X-A:  b  c \t\r\nX-Empty:")
+    assert dict(req.headers) == {"Content-Length": "3", "X-A": "b  c", "X-Empty": ""}
+    assert (req.raw_path, req.raw_id, req.query, req.declared, req.keep_alive) == (
+        "/v1/records/x.f01", "x.f01", [("nonce", "ab")], 3, True)
+    assert parse_head(base + b"X-A: " + b"a" * 8185).headers["X-A"] == "a" * 8185
+    assert parse_head(base + b"\r\n".join(b"X-%d: v" % i for i in range(63))) is not None
+    assert parse_head(b"GET /v1/records/x HTTP/1.1\r\nHost: h") == 0  # lent to aiohttp
+    assert parse_head(b"DELETE /v1/records/x HTTP/1.1\r\nContent-Length: 5") == 5
+    assert parse_head(base + b"Expect: 100-continue") == 3
+    for odd in (base + b"X-A: b\r\n c",  # obs-fold
+                base + b"X-A: b\x01", base + b"X-A: \xe9", base + b"X-A: b\nX-B: c",
+                base + b"X-A: b\rc", base + b"X A: b", base + b"X-A b",
+                base + b"X-A: " + b"a" * 8186,  # a line over aiohttp's 8190 bytes
+                base + b"\r\n".join(b"X-%d: v" % i for i in range(64)),  # 65 headers
+                base + b"content-length: 3", base + b"Transfer-Encoding: chunked",
+                base + b"Upgrade: h2c", base + b"Connection: upgrade",
+                b"PUT /v1/records/x HTTP/1.1\r\nTransfer-Encoding: gzip, chunked",
+                b"PUT /v1/records/x HTTP/1.1\r\nContent-Length: -3",
+                b"PUT /v1/records/x HTTP/1.0\r\nContent-Length: 3",
+                b"PUT  /v1/records/x HTTP/1.1\r\nContent-Length: 3",
+                b"GET /x HTTP/1.1\r\nTransfer-Encoding: chunked",
+                b"get /x HTTP/1.1\r\nHost: h"):
+        assert parse_head(odd) is None, odd
+    # Ids and queries aiohttp would decode (escapes, '+') are aiohttp's to read.
+    for target in (b"/v1/records/a%2Eb", b"/v1/records/x?nonce=a+b", b"/v1/records/x?n=%41",
+                   b"/v1/records/.x", b"/v1/records/x/y", b"/v1/records/x?a"):
+        assert parse_head(b"PUT " + target + b" HTTP/1.1\r\nContent-Length: 3") == 3, target

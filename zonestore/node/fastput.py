@@ -15,7 +15,8 @@ in-flight accounting of `NodeState`.
 
 What takes this path: a request whose head is exactly `PUT /v1/records/<valid id>[?k=v&...]
 HTTP/1.1` (unreserved characters only, so the raw path and query are what aiohttp would
-decode), at most 64 headers of at most 8190 bytes each, printable ASCII, no duplicate names,
+decode), at most 64 headers of at most 8190 bytes each, printable ASCII (no second
+Content-Length, Transfer-Encoding or Connection),
 framed by a decimal Content-Length or by `Transfer-Encoding: chunked` (the gateway's node
 client streams its bodies chunked), with no `Expect` or `Upgrade` and a `Connection` of
 keep-alive or close. Every other request is aiohttp's, so it is answered (and bad input
@@ -81,6 +82,12 @@ _REQUEST_LINE = re.compile(
 _OTHER_LINE = re.compile(rb"[A-Z]{1,16} /[\x21-\x7e]* HTTP/1\.1")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VALUE = re.compile(rb"[\x20-\x7e\t]*")
+# A header line: a token, a colon, a value of printable ASCII without its surrounding blanks;
+# at most MAX_LINE characters (obs-fold, bare CR or LF, other bytes: no match). Possessive
+# and atomic parts keep a hostile line from making the match backtrack.
+_PAIR = r"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*+((?:[\x20-\x7e\t]*[\x21-\x7e])?)[ \t]*+\r\n"
+_HEADER_PAIR = re.compile(_PAIR)
+_HEADER_BLOCK = re.compile(rf"(?:(?=[^\r\n]{{0,{MAX_LINE}}}\r\n)(?>{_PAIR}))*")
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,15})(?:;[\x20-\x7e\t]*)?")
 _DIGITS = re.compile(r"[0-9]{1,18}")
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
@@ -115,24 +122,25 @@ def parse_head(head: bytes) -> _Request | int | None:
     the lean path; an int, the length of a request framed by Content-Length (or bodiless) to
     lend to aiohttp (`Delegate`); None to give aiohttp the connection for good (anything odd,
     see the module docstring)."""
-    lines = head.split(b"\r\n")
-    if len(lines) - 1 > MAX_HEADERS or len(lines[0]) > MAX_LINE:
+    first, _, rest = head.partition(b"\r\n")
+    if len(first) > MAX_LINE:
         return None
-    first = lines[0]
     m = _REQUEST_LINE.fullmatch(first)
     if m is None and _OTHER_LINE.fullmatch(first) is None:
         return None
-    pairs = []
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or len(line) > MAX_LINE or _TOKEN.fullmatch(name) is None:
-            return None
-        value = value.strip(b" \t")
-        if _VALUE.fullmatch(value) is None:
-            return None
-        pairs.append((name.decode("ascii"), value.decode("ascii")))
+    # The header lines checked and split by two regex passes rather than a Python loop.
+    block = rest.decode("latin-1") + "\r\n" if rest else ""
+    if _HEADER_BLOCK.fullmatch(block) is None:
+        return None
+    pairs = _HEADER_PAIR.findall(block)
+    if len(pairs) > MAX_HEADERS:
+        return None
     headers = CIMultiDict(pairs)
-    if len({k.lower() for k in headers}) != len(pairs) or "Upgrade" in headers:
+    # Headers given twice are read as aiohttp reads them (the first), except those framing the
+    # request or the connection, which aiohttp may read otherwise.
+    if "Upgrade" in headers or len(headers.getall("Content-Length", ())) > 1 \
+            or len(headers.getall("Transfer-Encoding", ())) > 1 \
+            or len(headers.getall("Connection", ())) > 1:
         return None
     conn = headers.get("Connection")
     if conn is None:

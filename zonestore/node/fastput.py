@@ -248,6 +248,11 @@ class Delegate:
         self._lean = lean
         self._transport = transport
         self.answered_all = True
+        # What aiohttp calls per answer, bound here rather than looked up by __getattr__.
+        self.write = transport.write
+        self.writelines = transport.writelines
+        self.is_closing = transport.is_closing
+        self.get_extra_info = transport.get_extra_info
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
@@ -346,6 +351,8 @@ class LeanProtocol(asyncio.Protocol):
         elif mode == _AIO:
             if self._aio_left:
                 self._feed_aio(data, 0)
+            elif not self._buf and self._delegate_tr.answered_all:
+                self._on_head_bytes(data)  # the next request, as it usually comes
             else:
                 self._buf += data
                 if len(self._buf) > MAX_PENDING:

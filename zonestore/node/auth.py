@@ -95,9 +95,11 @@ class AuthCheck:
         """True if the request may go on unsigned."""
         if raw_path in OPEN_PATHS:
             return True
-        return AUTH_HEADER not in headers and raw_path in SCRAPE_PATHS and (
-            self.open_metrics == "any"
-            or (self.open_metrics == "loopback" and remote in LOOPBACK))
+        return AUTH_HEADER not in headers and raw_path in SCRAPE_PATHS and self._open_to(remote)
+
+    def _open_to(self, remote: str | None) -> bool:
+        return self.open_metrics == "any" or (self.open_metrics == "loopback"
+                                              and remote in LOOPBACK)
 
     def verify(self, method: str, raw_path: str, query: list[tuple[str, str]],
                headers: Mapping[str, str]) -> str:
@@ -121,8 +123,8 @@ class AuthCheck:
     def __call__(self, request: web.Request) -> None:
         """Check an aiohttp request; the signed body hash goes into `request[BODY_HASH]`."""
         path = request.rel_url.raw_path
-        remote = request.remote if path in SCRAPE_PATHS else None  # a peername look-up
-        if self.is_open(path, request.headers, remote):
+        if path in OPEN_PATHS or (AUTH_HEADER not in request.headers and path in SCRAPE_PATHS
+                                  and self._open_to(request.remote)):  # (a peername look-up)
             return
         request[BODY_HASH] = self.verify(request.method, path,
                                          list(request.rel_url.query.items()), request.headers)

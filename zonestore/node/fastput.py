@@ -259,7 +259,8 @@ class Delegate:
 
     def answered(self) -> None:
         self.answered_all = True
-        self._lean.loop.call_soon(self._lean._aio_next)
+        if self._lean._buf:  # a next request came early: read it once aiohttp is done
+            self._lean.loop.call_soon(self._lean._aio_next)
 
 
 class LeanServer:

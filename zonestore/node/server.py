@@ -194,9 +194,11 @@ def _close_drive(d: _Drive) -> None:
 async def _finish(request: web.Request, resp: web.StreamResponse) -> None:
     """Write the whole answer of a request the lean path lent to aiohttp (fastput.Delegate)
     before it may read the next request (aiohttp would write it after the middleware)."""
-    with contextlib.suppress(ConnectionError):  # aiohttp's own write then meets it quietly
+    try:
         await resp.prepare(request)
         await resp.write_eof()
+    except ConnectionError:  # aiohttp's own write then meets it quietly
+        pass
 
 
 def _node_middleware(state: NodeState, auth: AuthCheck):

@@ -547,3 +547,18 @@ def test_head_parser_takes_only_what_it_reads_exactly_as_aiohttp():
     for target in (b"/v1/records/a%2Eb", b"/v1/records/x?nonce=a+b", b"/v1/records/x?n=%41",
                    b"/v1/records/.x", b"/v1/records/x/y", b"/v1/records/x?a"):
         assert parse_head(b"PUT " + target + b" HTTP/1.1\r\nContent-Length: 3") == 3, target
+
+
+def test_quick_test_for_requests_aiohttp_answers_in_a_row():
+    from zonestore.node.fastput import _bodiless_other
+
+    get = b"GET /v1/records/x HTTP/1.1\r\nHost: h\r\nAuthorization: a\r\n\r\n"
+    assert _bodiless_other(get)
+    assert _bodiless_other(b"DELETE /v1/records/x?nonce=1 HTTP/1.1\r\nHost: h\r\n\r\n")
+    for framed in (b"Content-Length: 0", b"content-length:3", b"Transfer-Encoding: chunked",
+                   b"Expect: 100-continue", b"Upgrade: h2c"):
+        assert not _bodiless_other(get[:-2] + framed + b"\r\n\r\n"), framed
+    assert not _bodiless_other(get.replace(b"HTTP/1.1", b"HTTP/1.0"))
+    assert not _bodiless_other(get.replace(b"\r\nHost", b"\nHost"))  # a bare LF
+    assert not _bodiless_other(get.replace(b"Host: h", b"Host: h\rX: y"))  # a bare CR
+    assert not _bodiless_other(b"PUT /v1/records/x HTTP/1.1\r\nHost: h\r\n\r\n")  # lean's

@@ -136,15 +136,3 @@ def make_auth_check(secret: bytes, *, window: float = DEFAULT_WINDOW,
     in `request[BODY_HASH]` when it was verified), raises NodeError 403 otherwise."""
     return AuthCheck(secret, window=window, open_metrics=open_metrics)
 
-
-def make_auth_middleware(secret: bytes, *, window: float = DEFAULT_WINDOW,
-                         open_metrics: str = "loopback"):
-    """`make_auth_check` as a middleware of its own (the node folds it into one middleware)."""
-    check = make_auth_check(secret, window=window, open_metrics=open_metrics)
-
-    @web.middleware
-    async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
-        check(request)
-        return await handler(request)
-
-    return auth_middleware

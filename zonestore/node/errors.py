@@ -60,20 +60,6 @@ def error_for(exc: BaseException) -> NodeError | None:
     return None
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
-    """Turn refusals into JSON errors; a request whose body was not read closes its connection
-    (otherwise aiohttp would drain up to gigabytes of an unwanted upload)."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return error_response(request, exc)
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a response
-        return error_response(request, exc)
-
-
 def error_response(request: web.Request, exc: Exception) -> web.Response:
     """The JSON answer to a request that raised `exc` (an HTTPException of 400 or more, a
     store error, or a bug, which is logged with its traceback and answered 500)."""

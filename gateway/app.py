@@ -25,7 +25,7 @@ from starlette.routing import Route
 from gateway import auth
 from gateway.auth import StaticCredentials
 from gateway.errors import S3Error, error_xml
-from gateway.metadata import MetadataStore, open_store
+from gateway.metadata import MetadataStore, open_store, store_path
 from gateway.ops import buckets, copy, listing, multipart, objects, service
 from gateway.ops.common import S3Request, new_request_id
 from gateway.storage import Storage
@@ -62,9 +62,8 @@ class Gateway:
         self.domains = [str(d).lower() for d in (gw.get("domains") or ["localhost"])]
         self.users = {u.access_key: u for u in getattr(config, "users", ())}
         self.upload_ttl = float(gw.get("abandoned_upload_seconds", ABANDONED_UPLOAD_AGE))
-        meta_path = gw.get("metadata") or "data/gateway/meta.sqlite"
         free_delay = float(gw.get("free_delay_seconds", FREE_DELAY))
-        self.store = store or open_store(str(meta_path), free_delay=free_delay)
+        self.store = store or open_store(store_path(gw), free_delay=free_delay)
         self.storage = storage or Storage.from_config(config)
         self._sweeper: asyncio.Task | None = None
         self._kick = asyncio.Event()

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from erasure.errors import ErasureError
-from gateway.metadata import BucketRecord
+from gateway.metadata import BucketRecord, open_store, store_path
 
 log = logging.getLogger("zonegate.bucketmarkers")
 
@@ -187,10 +187,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_bucket_markers(args: argparse.Namespace) -> int:
     from erasure.cluster import ErasureCluster
     from erasure.config import ClusterConfig
-    from gateway.metadata import open_store
     config = ClusterConfig.load(args.config)
-    store = open_store(str(dict(config.gateway or {}).get("metadata")
-                           or "data/gateway/meta.sqlite"))
+    store = open_store(store_path(config.gateway))
 
     async def run() -> EnsureReport:
         cluster = ErasureCluster(config, health_interval=0, auto_repair=False)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway import bucketmarkers
-from gateway.metadata import BucketRecord, ObjectRecord, open_store
+from gateway.metadata import BucketRecord, ObjectRecord, open_store, store_path
 
 GRACE = 24 * 3600.0  # seconds before leftovers found by recovery are deleted
 
@@ -67,7 +67,7 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
     """Scan the nodes and write every recoverable object into the configured store."""
     from erasure.cluster import ErasureCluster
     gw = dict(config.gateway or {})
-    store = open_store(str(gw.get("metadata") or "data/gateway/meta.sqlite"))
+    store = open_store(store_path(gw))
     report = RecoveryReport()
     cluster = ErasureCluster(config, health_interval=0)
     await cluster.start()
@@ -184,7 +184,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
     from erasure.config import ClusterConfig
     config = ClusterConfig.load(args.config)
-    meta_path = Path(str(config.gateway.get("metadata") or "data/gateway/meta.sqlite"))
+    meta_path = Path(store_path(config.gateway))
     if meta_path.exists() and not args.force:
         store = open_store(str(meta_path))
         try:

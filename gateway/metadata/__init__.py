@@ -11,6 +11,13 @@ from gateway.metadata.store import (
     UploadRecord,
 )
 
+DEFAULT_PATH = "data/gateway/meta.sqlite"
+
+
+def store_path(gateway_config: dict | None) -> str:
+    """Where the metadata store lives: the gateway config's `metadata`, or the default."""
+    return str((gateway_config or {}).get("metadata") or DEFAULT_PATH)
+
 
 def open_store(path: str, *, free_delay: float = 0.0) -> MetadataStore:
     """Open the metadata store named by the gateway config (SQLite today)."""
@@ -19,5 +26,5 @@ def open_store(path: str, *, free_delay: float = 0.0) -> MetadataStore:
 
 __all__ = [
     "BucketRecord", "ListPage", "MetadataStore", "ObjectRecord", "OrphanEntry", "PartRecord",
-    "SqliteStore", "UploadRecord", "open_store",
+    "SqliteStore", "UploadRecord", "open_store", "store_path",
 ]

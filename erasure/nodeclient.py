@@ -133,7 +133,8 @@ class NodeClient:
 
     def _headers(self, method: str, path: str, query: dict[str, str],
                  body: bytes | None) -> dict[str, str]:
-        return sign_headers(self.secret, method, path, query, body)
+        # Bound to this node: a captured request cannot be replayed to another one.
+        return sign_headers(self.secret, method, path, query, body, node=self.id)
 
     def _down(self, exc: BaseException) -> NodeUnavailable:
         self.up = False

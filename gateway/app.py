@@ -13,11 +13,13 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote_to_bytes
 
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -31,6 +33,19 @@ from gateway.ops.common import S3Request, new_request_id
 from gateway.storage import Storage
 
 log = logging.getLogger("zonegate.gateway")
+
+
+class _AnyPath(Convertor[str]):
+    regex = "(?s:.*)"  # "." matching line breaks too
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("s3path", _AnyPath())
 
 Handler = Callable[[S3Request], Awaitable[Response]]
 
@@ -115,24 +130,48 @@ def _split_host(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-def parse_target(gw: Gateway, request: Request) -> tuple[str, str]:
-    """(bucket, key) from the Host header and the raw (still percent-encoded) path."""
+@dataclass(frozen=True)
+class Target:
+    """What a request addresses, from one parse of (Host, raw path): the resource that is
+    verified (SigV2 signs "/bucket/key" whichever way the bucket was named) is then always
+    the resource served."""
+
+    bucket: str
+    key: str
+    virtual: bool      # the bucket came from the Host header (bucket.<domain>)
+    raw_path: bytes    # the path as received, still percent-encoded, no query
+
+    @property
+    def resource_prefix(self) -> str:
+        """What SigV2's canonical resource puts before the raw path."""
+        return "/" + self.bucket if self.virtual else ""
+
+
+def request_target(gw: Gateway, request: Request) -> Target:
+    """The request's Target. Virtual-host style when Host is `<bucket>.<one of
+    gw.domains>` (the port ignored); otherwise path style, the bucket being the path's first
+    segment up to its first `/`. A path that does not start with `/` or is not UTF-8 once
+    decoded is InvalidURI."""
     raw = request.scope.get("raw_path") or request.scope["path"].encode()
+    raw = raw.split(b"?", 1)[0]
+    if not raw.startswith(b"/"):
+        raise S3Error("InvalidURI")
     try:
-        path = unquote_to_bytes(raw.split(b"?", 1)[0]).decode("utf-8")
+        path = unquote_to_bytes(raw).decode("utf-8")
     except UnicodeDecodeError:
         raise S3Error("InvalidURI") from None
     host = _split_host(request.headers.get("host", ""))
-    bucket = ""
     for dom in gw.domains:
-        if host.endswith("." + dom):
-            bucket = host[: -len(dom) - 1]
-            break
-    if bucket:
-        return bucket, path[1:] if path.startswith("/") else path
-    p = path[1:] if path.startswith("/") else path
-    b, _, key = p.partition("/")
-    return b, key
+        if host.endswith("." + dom) and len(host) > len(dom) + 1:
+            return Target(host[: -len(dom) - 1], path[1:], True, raw)
+    bucket, _, key = path[1:].partition("/")
+    return Target(bucket, key, False, raw)
+
+
+def parse_target(gw: Gateway, request: Request) -> tuple[str, str]:
+    """(bucket, key) of `request_target`."""
+    t = request_target(gw, request)
+    return t.bucket, t.key
 
 
 def parse_query_pairs(qs: bytes) -> list[tuple[str, str]]:
@@ -209,17 +248,14 @@ def _credentials(gw: Gateway) -> StaticCredentials:
     return creds
 
 
-async def authenticate(req: S3Request) -> None:
-    """Verify the signature (SigV4/V2, header or query). Anonymous requests are denied: no
-    bucket policies exist to allow them. The body is verified later, as it streams."""
+async def authenticate(req: S3Request, target: Target) -> None:
+    """Verify the signature (SigV4/V2, header or query) of the resource `target` names (the
+    one the request will be served from). Anonymous requests are denied: no bucket policies
+    exist to allow them. The body is verified later, as it streams."""
     request = req.request
-    raw_path: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
-    raw_path = raw_path.split(b"?", 1)[0]
     query = auth.parse_query(request.scope.get("query_string", b""))
-    virtual = bool(req.bucket) and not raw_path.startswith(b"/" + req.bucket.encode())
-    res = auth.authenticate(request.method, raw_path, query, request.headers,
-                            _credentials(req.gw),
-                            resource_prefix="/" + req.bucket if virtual else "")
+    res = auth.authenticate(request.method, target.raw_path, query, request.headers,
+                            _credentials(req.gw), resource_prefix=target.resource_prefix)
     if res.user is None:
         raise S3Error("AccessDenied")
     req.user = res.user
@@ -274,10 +310,11 @@ def create_app(config_path_or_config: Any) -> Starlette:
         rid = new_request_id()
         resource = "/"
         try:
-            bucket, key = parse_target(gw, request)
+            target = request_target(gw, request)
+            bucket, key = target.bucket, target.key
             resource = "/" + bucket + ("/" + key if key else "") if bucket else "/"
             req = S3Request(request, gw, rid, bucket, key, parse_query(request))
-            await authenticate(req)
+            await authenticate(req, target)
             handler = route(req)
             resp = await handler(req)
         except S3Error as e:
@@ -302,7 +339,12 @@ def create_app(config_path_or_config: Any) -> Starlette:
             await gw.close()
 
     methods = ["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS", "PATCH"]
-    app = Starlette(routes=[Route("/{path:path}", endpoint, methods=methods)], lifespan=lifespan)
+    # Every path goes to the S3 endpoint: keys may hold line breaks, which starlette's
+    # `{path:path}` does not match (a plain-text 404, or a 307 built from the unsigned Host
+    # header for "a\n/"); so a convertor that matches anything, and no slash redirects.
+    app = Starlette(routes=[Route("/{path:s3path}", endpoint, methods=methods)],
+                    lifespan=lifespan)
+    app.router.redirect_slashes = False
     app.state.gateway = gw
     from gateway.health import install as install_operations
     install_operations(app)  # /health/*, /metrics, request and node-call metrics

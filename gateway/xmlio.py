@@ -22,6 +22,7 @@ import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
 
 from gateway.errors import S3Error
+from gateway.numbers import INT32_MAX, parse_uint
 
 S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 MAX_DELETE_KEYS = 1000
@@ -52,13 +53,22 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def _parse(body: bytes, root_name: str) -> Element:
+def parse_untrusted(body: bytes) -> Element:
+    """Parse an untrusted request document; any failure is MalformedXML. expat raises more
+    than ParseError: LookupError for an unknown declared encoding (`encoding="x-bogus"`),
+    UnicodeError or ValueError for bytes that do not decode, and defusedxml its own
+    exceptions for DTDs and entities; none of them may become a 500."""
     if not body or not body.strip():
         raise S3Error("MalformedXML")
     try:
-        root = SafeET.fromstring(body, forbid_dtd=True)
-    except (ParseError, DefusedXmlException, ValueError, UnicodeError):
+        return SafeET.fromstring(body, forbid_dtd=True)
+    except (ParseError, DefusedXmlException, LookupError, ValueError, UnicodeError,
+            TypeError, RecursionError, MemoryError):
         raise S3Error("MalformedXML") from None
+
+
+def _parse(body: bytes, root_name: str) -> Element:
+    root = parse_untrusted(body)
     if _local(root.tag) != root_name:
         raise S3Error("MalformedXML")
     return root
@@ -98,7 +108,7 @@ def parse_complete_multipart_upload(body: bytes) -> list[CompletedPart]:
         if number_s is None or etag is None:
             raise S3Error("MalformedXML")
         try:
-            number = int(number_s.strip())
+            number = parse_uint(number_s.strip(), hi=INT32_MAX)
         except ValueError:
             raise S3Error("MalformedXML") from None
         if not 1 <= number <= MAX_PARTS:

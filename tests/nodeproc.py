@@ -191,8 +191,10 @@ class NodeCluster:
     def headers(self, i: int, method: str, path: str,
                 query: Mapping[str, str] | None = None, body: bytes | None = None,
                 *, now: float | None = None) -> dict[str, str]:
-        """Signed headers for a request to a node (`body=None`: streamed, UNSIGNED-PAYLOAD)."""
-        return sign_headers(self.secret, method, path, query, body, now=now)
+        """Signed headers for a request to node i, bound to it (`body=None`: streamed,
+        UNSIGNED-PAYLOAD)."""
+        return sign_headers(self.secret, method, path, query, body, node=self.nodes[i].node_id,
+                            now=now)
 
     def proc_status(self, i: int) -> dict[str, int]:
         """Numeric fields of /proc/<pid>/status in kB (VmRSS, VmHWM, ...)."""

@@ -37,7 +37,8 @@ async def raw(session, cluster, method, path, headers, body=None):
 def put_headers(cluster, path, body, *, secret=None, now=None, length=None):
     from zonestore.nodeauth import sign_headers
 
-    h = sign_headers(secret or cluster.secret, "PUT", path, None, body, now=now)
+    h = sign_headers(secret or cluster.secret, "PUT", path, None, body, node=cluster.ids[0],
+                     now=now)
     if body is not None or length is not None:
         h["X-ZG-Length"] = str(len(body) if length is None else length)
     return h
@@ -185,3 +186,57 @@ async def test_metrics_can_require_signatures(tmp_path, session):
         assert (await raw(session, c, "GET", "/health/live", {}))[0] == 200
         status, _, body = await node_request(session, c, 0, "GET", "/metrics")
         assert status == 200 and b"zonegate_node_requests_total" in body
+
+
+async def test_a_write_signed_for_one_node_is_refused_by_another_and_after_a_restart(
+        tmp_path, session):
+    """Issue 12 defect 3: a captured gateway->node write can be replayed neither to another
+    node nor to the same node once it restarted (kill -9 included)."""
+    with NodeCluster(tmp_path, 2, drives_per_node=1, secret="bind-secret") as c:
+        path = "/v1/records/bound"
+        body = b"for node00"
+        from zonestore.nodeauth import sign_headers
+        h = sign_headers(c.secret, "PUT", path, None, body, node=c.ids[0])
+        h["X-ZG-Length"] = str(len(body))
+        url1 = URL(c.urls[1] + path, encoded=True)
+        async with session.put(url1, headers=h, data=body) as resp:
+            assert resp.status == 403 and b"not for this node" in await resp.read()
+        # The node id is signed: rewriting the header breaks the signature.
+        async with session.put(url1, headers={**h, "X-ZG-Node": c.ids[1]}, data=body) as resp:
+            assert resp.status == 403 and b"signature" in await resp.read()
+        # A write that names no node is refused; a read may (a readiness probe).
+        unbound = sign_headers(c.secret, "PUT", path, None, body) | {"X-ZG-Length": "10"}
+        async with session.put(URL(c.urls[0] + path, encoded=True), headers=unbound,
+                               data=body) as resp:
+            assert resp.status == 403 and b"X-ZG-Node" in await resp.read()
+        ready = sign_headers(c.secret, "GET", "/v1/stats")
+        async with session.get(c.urls[0] + "/v1/stats", headers=ready) as resp:
+            assert resp.status == 200
+        for i in (0, 1):
+            await assert_absent_on(session, c, i, "bound")
+        # The write goes to its node once...
+        url0 = URL(c.urls[0] + path, encoded=True)
+        async with session.put(url0, headers=h, data=body) as resp:
+            assert resp.status == 201
+        hd = c.headers(0, "DELETE", path, {"nonce": "n1"})
+        async with session.delete(URL(c.urls[0] + path + "?nonce=n1", encoded=True),
+                                  headers=hd) as resp:
+            assert resp.status == 204
+        # ...and neither it nor the delete is taken again after a kill -9 and a restart.
+        c.kill(0)
+        c.restart(0)
+        async with session.put(url0, headers=h, data=body) as resp:
+            assert resp.status == 403 and b"replayed" in await resp.read()
+        async with session.delete(URL(c.urls[0] + path + "?nonce=n1", encoded=True),
+                                  headers=hd) as resp:
+            assert resp.status == 403
+        await assert_absent_on(session, c, 0, "bound")
+        # Fresh writes are served as before.
+        status, _, _ = await node_request(session, c, 0, "PUT", path, body=b"new",
+                                          headers={"X-ZG-Length": "3"})
+        assert status == 201
+
+
+async def assert_absent_on(session, cluster, i, rid):
+    status, _, _ = await node_request(session, cluster, i, "HEAD", f"/v1/records/{rid}")
+    assert status == 404

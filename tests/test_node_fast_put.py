@@ -25,6 +25,7 @@ from zonestore.nodeauth import sign_headers
 
 pytestmark = pytest.mark.timeout(300)
 SECRET = "fast-put-secret"
+NODE = "node00"  # the id of the one node of the module's cluster: writes are signed for it
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def put_request(rid: str, payload: bytes, meta: bytes = b"", *, chunk: int | Non
     body = payload + meta
     path = f"/v1/records/{rid}"
     query = {"nonce": nonce or secrets.token_hex(8)}
-    h = sign_headers(secret, "PUT", path, query, body if sign_body else None)
+    h = sign_headers(secret, "PUT", path, query, body if sign_body else None, node=NODE)
     h.update({"X-ZG-Length": str(len(payload)), "X-ZG-Stream": "fast"})
     if chunk is None:
         h["Content-Length"] = str(len(body))
@@ -383,7 +384,7 @@ async def test_gateway_style_chunked_puts_and_reads(cluster, session):
     for i in range(4):
         path = f"/v1/records/gw.{i}"
         query = {"nonce": secrets.token_hex(8)}
-        h = sign_headers(SECRET, "PUT", path, query, None)
+        h = sign_headers(SECRET, "PUT", path, query, None, node=NODE)
         h.update({"X-ZG-Length": str(1 << 20), "X-ZG-Stream": "gw"})
         async with session.put(cluster.urls[0] + path, params=query, data=gen(),
                                headers=h) as resp:
@@ -435,7 +436,7 @@ async def node(tmp_path):
     from tests.nodeproc import TEST_GEOMETRY
     from zonestore.node.server import NodeOptions, NodeServer
 
-    n = NodeServer("inproc", [tmp_path / "d0"], "127.0.0.1", 0, SECRET,
+    n = NodeServer(NODE, [tmp_path / "d0"], "127.0.0.1", 0, SECRET,
                    NodeOptions(create_drives=True, geometry=TEST_GEOMETRY, reclaim_interval=0,
                                shutdown_timeout=10))
     await n.start()
@@ -453,7 +454,8 @@ async def test_lean_path_serves_puts_and_lends_other_requests_to_aiohttp(node):
     async def put(rid, data):
         path = f"/v1/records/{rid}"
         query = {"nonce": secrets.token_hex(8)}
-        h = {**sign_headers(SECRET, "PUT", path, query, None), "X-ZG-Length": "70000"}
+        h = {**sign_headers(SECRET, "PUT", path, query, None, node=NODE),
+             "X-ZG-Length": "70000"}
         async with session.put(node.url + path, params=query, data=data, headers=h) as resp:
             assert resp.status == 201
 

@@ -81,8 +81,8 @@ def first(h: dict[str, list[str]], name: str) -> str | None:
 
 def parse_amz_date(value: str) -> float:
     """'20130524T000000Z' -> epoch seconds; ValueError if malformed."""
-    if len(value) != 16 or value[8] != "T" or value[15] != "Z":
-        raise ValueError(value)
+    if len(value) != 16 or value[8] != "T" or value[15] != "Z" or not value.isascii():
+        raise ValueError(value)  # (strptime would take other scripts' digits)
     t = time.strptime(value, "%Y%m%dT%H%M%SZ")
     return float(calendar.timegm(t))
 
@@ -99,13 +99,22 @@ def format_amz_date(ts: float) -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(ts))
 
 
+def iso_time(ts: float) -> str:
+    """ts as `YYYY-MM-DDTHH:MM:SSZ`, for error bodies; a client's date past what gmtime
+    takes (year 99999999) is shown as the number, not raised as an OverflowError."""
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    except (OverflowError, OSError, ValueError):
+        return f"{ts:.0f}"
+
+
 def check_skew(request_time: float, now: float) -> None:
     """RequestTimeTooSkewed when the request's clock is more than 15 minutes off ours."""
     if abs(now - request_time) > MAX_SKEW_SECONDS:
         raise S3Error(
             "RequestTimeTooSkewed",
-            RequestTime=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(request_time)),
-            ServerTime=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            RequestTime=iso_time(request_time),
+            ServerTime=iso_time(now),
             MaxAllowedSkewMilliseconds=MAX_SKEW_SECONDS * 1000,
         )
 

@@ -25,6 +25,9 @@ from gateway.auth.common import (
 )
 from gateway.auth.credentials import CredentialLookup
 from gateway.errors import S3Error
+from gateway.numbers import parse_uint
+
+MAX_EXPIRES = 253402300799  # 9999-12-31T23:59:59Z, the last second time.strftime shows
 
 # Query parameters that are part of the SigV2 canonical resource (botocore's list, plus the
 # response-* overrides S3 documents).
@@ -163,7 +166,9 @@ def verify_query(
     # A raw '+' in a base64 signature arrives as a space after form decoding.
     sig = sig.replace(" ", "+")
     try:
-        expires = int(expires_s)
+        # `[0-9]+` and saturated at the year 9999: a negative or 5,000-digit Expires is a 403
+        # before any signature check, never an OverflowError (500) in the date formatting.
+        expires = parse_uint(expires_s, hi=MAX_EXPIRES, saturate=True)
     except ValueError:
         raise S3Error("AccessDenied", "Expires must be a number of seconds since the "
                                       "epoch") from None

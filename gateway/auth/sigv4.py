@@ -30,12 +30,14 @@ from gateway.auth.common import (
     check_skew,
     first,
     format_amz_date,
+    iso_time,
     lower_headers,
     parse_amz_date,
     parse_http_date,
 )
 from gateway.auth.credentials import CredentialLookup
 from gateway.errors import S3Error
+from gateway.numbers import parse_uint
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_PRESIGN_EXPIRES = 7 * 24 * 3600
@@ -147,7 +149,7 @@ def _parse_credential(value: str, err_code: str) -> tuple[str, str, str, str]:
     if service != "s3":
         raise S3Error(err_code, f"Error parsing the X-Amz-Credential parameter; incorrect "
                                 f"service {service!r}. This endpoint belongs to \"s3\".")
-    if len(date) != 8 or not date.isdigit():
+    if len(date) != 8 or not (date.isascii() and date.isdigit()):
         raise S3Error(err_code, f"Error parsing the X-Amz-Credential parameter; incorrect date "
                                 f"format {date!r}. This date in the credential must be in the "
                                 f"format \"yyyyMMdd\".")
@@ -200,6 +202,19 @@ def _lookup(lookup: CredentialLookup, access_key: str) -> tuple[str, str]:
     if found is None:
         raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=access_key)
     return found
+
+
+def refuse_unsigned_amz_headers(h: dict[str, list[str]], signed: list[str]) -> None:
+    """AccessDenied when an x-amz-* header is present that the signature does not cover, as
+    AWS answers (header and presigned alike): such a header would change what the request
+    does (x-amz-copy-source turns a PUT into a copy, x-amz-meta-* are stored) without the
+    signer having asked for it."""
+    signed_set = set(signed)
+    unsigned = sorted(n for n in h if n.startswith("x-amz-") and n not in signed_set)
+    if unsigned:
+        raise S3Error("AccessDenied",
+                      "There were headers present in the request which were not signed",
+                      HeadersNotSigned=", ".join(unsigned)[:1024])
 
 
 def _mismatch(access_key: str, sts: str, sig: str, canonical: str) -> S3Error:
@@ -260,12 +275,7 @@ def verify_header(
         raise S3Error("InvalidRequest",
                       "Missing required header for this request: x-amz-content-sha256")
     content_sha256 = check_content_sha256(content_sha256)
-    signed_set = set(signed)
-    unsigned = sorted(n for n in h if n.startswith("x-amz-") and n not in signed_set)
-    if unsigned:
-        raise S3Error("AccessDenied",
-                      "There were headers present in the request which were not signed",
-                      HeadersNotSigned=", ".join(unsigned))
+    refuse_unsigned_amz_headers(h, signed)
     canonical = canonical_request(method, raw_path, query, h, signed,
                                   first(h, "x-amz-content-sha256") or "")
     scope = f"{cred_date}/{region}/{service}/aws4_request"
@@ -292,6 +302,7 @@ def verify_presigned(
     X-Amz-Expires, X-Amz-SignedHeaders, X-Amz-Signature in the query).
 
     X-Amz-Expires must be 1..604800 (7 days); past it -> AccessDenied "Request has expired".
+    An x-amz-* header the URL did not sign -> AccessDenied, as for the header form.
     The payload is UNSIGNED-PAYLOAD unless the URL (or a signed header) fixes
     x-amz-content-sha256.
     """
@@ -319,12 +330,14 @@ def verify_presigned(
     except (ValueError, OverflowError):
         raise S3Error(err, "X-Amz-Date must be in the ISO8601 Long Format "
                            "\"yyyyMMdd'T'HHmmss'Z'\"") from None
+    expires_s = q["X-Amz-Expires"]
+    if expires_s.startswith("-") and expires_s[1:].isascii() and expires_s[1:].isdigit():
+        raise S3Error(err, "X-Amz-Expires must be non-negative")
     try:
-        expires = int(q["X-Amz-Expires"])
+        # Saturated: any count of digits past a week is "more than a week", never a 500.
+        expires = parse_uint(expires_s, hi=MAX_PRESIGN_EXPIRES + 1, saturate=True)
     except ValueError:
         raise S3Error(err, "X-Amz-Expires should be a number") from None
-    if expires < 0:
-        raise S3Error(err, "X-Amz-Expires must be non-negative")
     if expires > MAX_PRESIGN_EXPIRES:
         raise S3Error(err, "X-Amz-Expires must be less than a week (in seconds) that is 604800")
     if amz_date[:8] != cred_date:
@@ -337,10 +350,11 @@ def verify_presigned(
         raise S3Error(
             "AccessDenied", "Request has expired", **{
                 "X-Amz-Expires": str(expires),
-                "Expires": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(request_time + expires)),
-                "ServerTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+                "Expires": iso_time(request_time + expires),
+                "ServerTime": iso_time(now),
             })
     h = lower_headers(headers)
+    refuse_unsigned_amz_headers(h, signed)
     payload = q.get("X-Amz-Content-Sha256")
     if payload is None and "x-amz-content-sha256" in signed:
         payload = first(h, "x-amz-content-sha256")

@@ -16,6 +16,7 @@ from starlette.responses import Response
 from gateway import checksums
 from gateway.auth import RequestBody
 from gateway.errors import S3Error
+from gateway.numbers import INT32_MAX, uint_arg
 from gateway.storage import coalesce
 
 if TYPE_CHECKING:
@@ -173,17 +174,12 @@ def check_key(key: str) -> None:
 
 def int_arg(req: S3Request, name: str, default: int, *, lo: int = 0,
             hi: int | None = None) -> int:
+    """A numeric query parameter (max-keys, max-parts, part-number-marker, ...): `[0-9]+` in
+    lo..2147483647 (InvalidArgument otherwise), then capped at `hi`."""
     raw = req.query.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        v = int(raw)
-    except ValueError:
-        raise S3Error("InvalidArgument", f"Provided {name} not an integer or within "
-                      "integer range", ArgumentName=name, ArgumentValue=raw) from None
-    if v < lo:
-        raise S3Error("InvalidArgument", f"Argument {name} must be an integer between "
-                      f"{lo} and 2147483647", ArgumentName=name, ArgumentValue=raw)
+    v = uint_arg(raw, name, lo=lo, hi=INT32_MAX)
     if hi is not None:
         v = min(v, hi)
     return v
@@ -233,13 +229,10 @@ async def read_small_body(req: S3Request, limit: int = 4 * MiB) -> bytes:
 
 
 def parse_xml(data: bytes) -> Any:
-    """Parse an untrusted XML document (defusedxml), dropping namespaces; MalformedXML if bad."""
-    import defusedxml.ElementTree as DET
-    from defusedxml import DefusedXmlException
-    try:
-        root = DET.fromstring(data)
-    except (DET.ParseError, DefusedXmlException, ValueError):
-        raise S3Error("MalformedXML") from None
+    """Parse an untrusted XML document (xmlio.parse_untrusted: defusedxml, any failure is
+    MalformedXML), dropping namespaces."""
+    from gateway.xmlio import parse_untrusted
+    root = parse_untrusted(data)
     for e in root.iter():
         if isinstance(e.tag, str) and "}" in e.tag:
             e.tag = e.tag.split("}", 1)[1]

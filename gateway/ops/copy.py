@@ -14,6 +14,7 @@ from starlette.responses import Response
 from gateway import checksums
 from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
+from gateway.numbers import parse_uint, shown
 from gateway.ops.common import (
     MAX_PART_SIZE,
     S3_NS,
@@ -37,7 +38,7 @@ from gateway.ops.objects import (
 )
 from gateway.storage import CopyBody, new_version
 
-_COPY_RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
+_COPY_RANGE = re.compile(r"^bytes=([0-9]+)-([0-9]+)$")  # [0-9]: \d takes other digits
 
 
 def parse_copy_source(value: str) -> tuple[str, str]:
@@ -80,10 +81,11 @@ def copy_source_range(req: S3Request, size: int) -> tuple[int, int]:
         raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the "
                       "form bytes=first-last where first and last are the zero-based offsets "
                       "of the first and last bytes to copy", ArgumentName="x-amz-copy-source-range",
-                      ArgumentValue=raw)
-    a, b = int(m.group(1)), int(m.group(2))
+                      ArgumentValue=shown(raw))
+    # Saturated, however many digits: a number that long is past the end of any source.
+    a, b = parse_uint(m.group(1), saturate=True), parse_uint(m.group(2), saturate=True)
     if b < a or b >= size:
-        raise S3Error("InvalidRange", RangeRequested=raw, ActualObjectSize=str(size))
+        raise S3Error("InvalidRange", RangeRequested=shown(raw), ActualObjectSize=str(size))
     return a, b - a + 1
 
 

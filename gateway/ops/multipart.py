@@ -22,6 +22,7 @@ from gateway import checksums
 from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord, PartRecord, UploadRecord
 from gateway.metadata.store import UploadChangedError
+from gateway.numbers import INT32_MAX, parse_uint
 from gateway.ops.common import (
     MAX_PART_SIZE,
     MAX_PARTS,
@@ -70,7 +71,7 @@ def _get_upload(req: S3Request) -> UploadRecord:
 def _part_number(req: S3Request) -> int:
     raw = req.query.get("partNumber", "")
     try:
-        n = int(raw)
+        n = parse_uint(raw, hi=INT32_MAX)
     except ValueError:
         n = 0
     if not 1 <= n <= MAX_PARTS:
@@ -184,7 +185,7 @@ async def _listed_parts(req: S3Request) -> list[tuple[int, str, dict[str, str]]]
     listed: list[tuple[int, str, dict[str, str]]] = []
     for p in root.findall("Part"):
         try:
-            n = int((p.findtext("PartNumber") or "").strip())
+            n = parse_uint((p.findtext("PartNumber") or "").strip(), hi=INT32_MAX)
         except ValueError:
             raise S3Error("MalformedXML") from None
         cks = {c.tag[len("Checksum"):]: (c.text or "").strip() for c in p

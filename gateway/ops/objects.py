@@ -13,6 +13,7 @@ from starlette.responses import Response, StreamingResponse
 from gateway import checksums
 from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
+from gateway.numbers import INT32_MAX, parse_uint, shown
 from gateway.ops.common import (
     MAX_DELETE_KEYS,
     MAX_PART_SIZE,
@@ -46,7 +47,8 @@ RESPONSE_OVERRIDES = {
     "response-content-disposition": "Content-Disposition",
     "response-content-encoding": "Content-Encoding",
 }
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+# [0-9], not \d: \d also matches other scripts' digits, which int() would then accept.
+_RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
 
 
 # ---- bodies -----------------------------------------------------------------------------
@@ -197,17 +199,20 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     if not m or (m.group(1) == "" and m.group(2) == ""):
         return None
     a, b = m.group(1), m.group(2)
+    # Numbers past any object size saturate: a suffix or an end that long means "all of it",
+    # a start that long is past the end (416), whatever the count of digits.
     if a == "":
-        n = int(b)
+        n = parse_uint(b, saturate=True)
         if n == 0 or size == 0:
-            raise S3Error("InvalidRange", RangeRequested=header, ActualObjectSize=str(size))
+            raise S3Error("InvalidRange", RangeRequested=shown(header),
+                          ActualObjectSize=str(size))
         return max(0, size - n), size - 1
-    start = int(a)
-    end = int(b) if b else size - 1
+    start = parse_uint(a, saturate=True)
+    end = parse_uint(b, saturate=True) if b else size - 1
     if b and end < start:
         return None
     if start >= size:
-        raise S3Error("InvalidRange", RangeRequested=header, ActualObjectSize=str(size))
+        raise S3Error("InvalidRange", RangeRequested=shown(header), ActualObjectSize=str(size))
     return start, min(end, size - 1)
 
 
@@ -236,8 +241,19 @@ def response_headers(req: S3Request, obj: ObjectRecord) -> dict[str, str]:
         h["x-amz-mp-parts-count"] = str(len(obj.parts))
     for q, name in RESPONSE_OVERRIDES.items():
         if q in req.query:
-            h[name] = req.query[q]
+            h[name] = override_value(q, req.query[q])
     return h
+
+
+def override_value(param: str, value: str) -> str:
+    """A response-* override as a header value: latin-1 text without control characters
+    (CR/LF would split the response head, NUL/DEL and others are refused by HTTP stacks, and
+    anything outside latin-1 cannot be sent), else InvalidArgument."""
+    if any(c < " " and c != "\t" or "\x7f" <= c <= "\x9f" or c > "\xff" for c in value):
+        raise S3Error("InvalidArgument", f"Invalid value for the {param} parameter: it must "
+                      "be latin-1 text without control characters", ArgumentName=param,
+                      ArgumentValue=shown(value))
+    return value
 
 
 async def _get_or_head(req: S3Request, head: bool) -> Response:
@@ -256,7 +272,7 @@ async def _get_or_head(req: S3Request, head: bool) -> Response:
     part_number = req.query.get("partNumber")
     if part_number is not None:
         try:
-            pn = int(part_number)
+            pn = parse_uint(part_number, hi=INT32_MAX)
         except ValueError:
             raise S3Error("InvalidArgument", "Part number must be an integer between 1 and "
                           "10000, inclusive", ArgumentName="partNumber",

@@ -47,6 +47,7 @@ log = logging.getLogger("zonestore.node")
 
 INDEX_NAME = "index.sqlite"  # inside an emulated drive's directory, as ZoneLog.open_path does
 LOCK_NAME = "node.lock"
+REPLAY_NAME = "auth-replay.log"  # write signatures seen (zonestore/node/auth.py)
 READ_BUFSIZE = 1 << 20  # socket read buffer per request: bounds a PUT's memory, keeps reads big
 
 
@@ -105,6 +106,17 @@ def _index_path(drive: Path, index: int, node_id: str, index_dir: Path | None) -
     if is_emulated_drive(drive):
         return drive / INDEX_NAME
     raise DriveError(f"{drive}: a block device needs --index-dir for its zone-log index")
+
+
+def replay_path(node_id: str, drives: Sequence[Path], index_dir: Path | None) -> Path | None:
+    """Where the node keeps the write signatures it accepted (zonestore/node/auth.py): beside
+    its indexes, so that a restart does not reopen the replay window."""
+    if index_dir is not None:
+        return Path(index_dir) / f"{node_id}.{REPLAY_NAME}"
+    for d in drives:
+        if is_emulated_drive(Path(d)):
+            return Path(d) / REPLAY_NAME
+    return None
 
 
 def _is_block_device(path: Path) -> bool:
@@ -255,7 +267,9 @@ def build_app(state: NodeState, secret: bytes, options: NodeOptions) -> web.Appl
     """The aiohttp application of one node (routes, auth, errors, metrics). Its auth check,
     one replay cache included, is `state.auth`, which the lean PUT path shares."""
     state.auth = make_auth_check(secret, window=options.auth_window,
-                                 open_metrics=options.open_metrics)
+                                 open_metrics=options.open_metrics, node_id=state.node_id,
+                                 replay_path=replay_path(state.node_id, state.drive_paths,
+                                                         options.index_dir))
     app = web.Application(
         middlewares=[_node_middleware(state, state.auth)],
         client_max_size=MAX_META_SIZE,  # only for request.read(); record bodies are streamed
@@ -264,7 +278,8 @@ def build_app(state: NodeState, secret: bytes, options: NodeOptions) -> web.Appl
     state.metrics.ready.set_function(lambda: 1.0 if state.ready else 0.0)
     state.metrics.inflight.set_function(lambda: float(state.inflight))
     state.check_signature = functools.partial(check_signature, secret=secret,
-                                              window=options.auth_window)
+                                              window=options.auth_window,
+                                              node_id=state.node_id)
     add_routes(app)
     return app
 
@@ -434,6 +449,8 @@ class NodeServer:
                     await lg.close()
                 except Exception:
                     log.exception("closing a zone log failed")
+            if self.state.auth is not None:
+                self.state.auth.replays.close()
         for d in self._drives:
             _close_drive(d)
         self._drives = []

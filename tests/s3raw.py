@@ -106,9 +106,8 @@ def send(c: Creds, method: str, target: str, headers: dict[str, str], body: byte
                         skip_accept_encoding=True)
         for k, v in headers.items():
             conn.putheader(k, v)
-        if body and not any(k.lower() in ("content-length", "transfer-encoding")
-                            for k in headers):
-            conn.putheader("Content-Length", str(len(body)))
+        if not any(k.lower() in ("content-length", "transfer-encoding") for k in headers):
+            conn.putheader("Content-Length", str(len(body)))  # as http.client's request()
         conn.endheaders(body or None)
         r = conn.getresponse()
         return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()

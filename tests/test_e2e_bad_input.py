@@ -7,20 +7,16 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
-import http.client
 import socket
 import time
 import urllib.parse
 from unittest import mock
 
-import defusedxml.ElementTree as ET
 import pytest
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from tests.devcluster import ACCESS_KEY, REGION, SECRET_KEY, MiB, start_cluster
+from tests import s3raw
+from tests.devcluster import ACCESS_KEY, SECRET_KEY, MiB, start_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -40,41 +36,22 @@ def s3(cluster):
     return c
 
 
-class _Signer(S3SigV4Auth):
-    """botocore's S3 signer, able to sign a chosen payload hash (UNSIGNED-PAYLOAD, or the hash
-    of a body other than the one that will be sent)."""
-
-    def payload(self, request):
-        return request.context.get("payload_hash") or super().payload(request)
-
-
 def sign(cluster, method: str, path: str, *, query: str = "", body: bytes = b"",
          headers: dict[str, str] | None = None, payload_hash: str | None = None,
          secret: str = SECRET_KEY) -> tuple[str, dict[str, str]]:
+    """(target, headers) of a SigV4-signed request (tests/s3raw.py: botocore's signer)."""
     target = path + (f"?{query}" if query else "")
-    req = AWSRequest(method=method, url=cluster.endpoint + target, data=body,
-                     headers=dict(headers or {}))
-    if payload_hash:
-        req.context["payload_hash"] = payload_hash
-    _Signer(Credentials(ACCESS_KEY, secret), "s3", REGION).add_auth(req)
-    return target, {k: v for k, v in req.headers.items()}
+    return target, s3raw.sign_v4(s3raw.Creds(cluster.port, ACCESS_KEY, secret), method, target,
+                                 body=body, headers=headers, payload_hash=payload_hash)
 
 
 def send(cluster, method: str, target: str, headers: dict[str, str], body: bytes = b""
          ) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", cluster.port, timeout=60)
-    try:
-        conn.request(method, target, body=body, headers=headers)
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        conn.close()
+    return s3raw.send(s3raw.Creds(cluster.port, ACCESS_KEY, SECRET_KEY), method, target,
+                      headers, body)
 
 
-def error(body: bytes) -> dict[str, str]:
-    root = ET.fromstring(body)
-    assert root.tag == "Error", body
-    return {child.tag: child.text or "" for child in root}
+error = s3raw.error
 
 
 def code(excinfo: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:

@@ -17,8 +17,9 @@ Replays:
   legitimate writes within one second would carry identical signatures, so writers add a
   random `nonce` query parameter (covered by the signature; erasure/nodeclient.py does).
 - Across a restart: the write signatures accepted are also appended to a file beside the
-  node's indexes (`replay_path`: `<index dir>/<node>.replay`, or in the first emulated
-  drive's directory), and a restarted node loads those of the last 2 x window. We chose
+  node's indexes (`replay_path`: `<index dir>/<node>.auth-replay.log`, or `auth-replay.log`
+  in the first emulated drive's directory; zonestore/node/server.py:replay_path), and a
+  restarted node loads those of the last 2 x window. We chose
   this over "refuse signatures older than the process start": that rule would either refuse
   every write of a gateway whose clock is behind the node's (for up to the skew the window
   allows) or, with that much slack, leave the window open again after a restart; remembering

@@ -233,3 +233,73 @@ def test_keys_with_line_breaks_work(gw, c, key):
     s3.delete_object(Bucket="bkt", Key=key)
     with pytest.raises(ClientError):
         s3.head_object(Bucket="bkt", Key=key)
+
+
+# ---- defect 3: gateway->node signatures, as the gateway's own node client makes them --------
+
+def _node_send(url: str, method: str, path: str, query: dict[str, str],
+               headers: dict[str, str], body: bytes = b"") -> int:
+    import http.client
+    u = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    try:
+        conn.request(method, path + "?" + urllib.parse.urlencode(query), body=body or None,
+                     headers=headers)
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_node_requests_are_bound_to_their_node_and_a_restart_keeps_the_replay_memory(gw):
+    """The signing call the gateway uses (NodeClient._headers) binds each request to its
+    node: replayed to another node, or to the same node again (after a kill -9 and restart
+    too), a write or a delete is refused and changes nothing."""
+    from erasure.config import ClusterConfig
+    from erasure.nodeclient import NodeClient
+    cfg = ClusterConfig.load(gw.config_path)
+    clients = [NodeClient(spec, cfg.secret, None) for spec in cfg.nodes[:2]]
+    urls = [spec.url for spec in cfg.nodes[:2]]
+    path = "/v1/records/replay-victim.f00"
+    body = b"payload" + b"meta"
+
+    def put(i: int) -> tuple[dict[str, str], dict[str, str]]:
+        q = {"nonce": f"n{i}"}
+        h = clients[i]._headers("PUT", path, q, None)
+        h.update({"X-ZG-Length": "7", "X-ZG-Stream": "replay"})
+        return q, h
+
+    def delete(i: int) -> tuple[dict[str, str], dict[str, str]]:
+        q = {"nonce": f"d{i}"}
+        return q, clients[i]._headers("DELETE", path, q, None)
+
+    def head(i: int) -> int:
+        return _node_send(urls[i], "HEAD", path, {}, clients[i]._headers("HEAD", path, {}, None))
+
+    q0, put0 = put(0)
+    q1, put1 = put(1)
+    dq0, del0 = delete(0)
+    steps = [  # (what, node sent to, method, query, headers, body, status, then HEAD on 0, 1)
+        ("write for node 0 at node 0", 0, "PUT", q0, put0, body, 201, (200, 404)),
+        ("the same write replayed to node 1", 1, "PUT", q0, put0, body, 403, (200, 404)),
+        ("the same write again at node 0", 0, "PUT", q0, put0, b"evil" + b"meta", 403,
+         (200, 404)),
+        ("write for node 1 at node 1", 1, "PUT", q1, put1, body, 201, (200, 200)),
+        ("node 0's delete replayed to node 1", 1, "DELETE", dq0, del0, b"", 403, (200, 200)),
+        ("node 0's delete at node 0", 0, "DELETE", dq0, del0, b"", 204, (404, 200)),
+        ("node 1's write sent to node 0", 0, "PUT", q1, put1, body, 403, (404, 200)),
+        ("X-ZG-Node rewritten to node 0", 0, "PUT", q1, {**put1, "X-ZG-Node": cfg.nodes[0].id},
+         body, 403, (404, 200)),
+    ]
+    for what, i, method, q, h, data, status, heads in steps:
+        assert _node_send(urls[i], method, path, q, h, data) == status, what
+        assert (head(0), head(1)) == heads, what
+    gw.nodes.kill(0)
+    gw.nodes.restart(0)
+    for what, method, q, h, data in [("node 0's write after its restart", "PUT", q0, put0, body),
+                                     ("node 0's delete after its restart", "DELETE", dq0, del0,
+                                      b"")]:
+        assert _node_send(urls[0], method, path, q, h, data) == 403, what
+        assert (head(0), head(1)) == (404, 200), what
+    # Node 1 cleans up with a fresh, bound delete.
+    dq1, del1 = delete(1)
+    assert _node_send(urls[1], "DELETE", path, dq1, del1) == 204

@@ -455,6 +455,48 @@ def test_presigned_tampering(what):
     assert e.value.code == "SignatureDoesNotMatch"
 
 
+@pytest.mark.parametrize("header", ["x-amz-copy-source", "x-amz-meta-owner", "x-amz-acl",
+                                    "X-Amz-Content-Sha256"])
+def test_presigned_url_refuses_unsigned_amz_headers(header):
+    """Issue 12 defect 1: a presigned URL (SignedHeaders=host) plus an x-amz-* header it did
+    not sign: refused as the header form refuses it, before the signature is looked at."""
+    p = presigned("put_object", {"Bucket": "b", "Key": "k"})
+    p.auth()
+    p.headers = {**p.headers, header: "/b/private-key"}
+    with pytest.raises(S3Error) as e:
+        p.auth()
+    assert (e.value.code, e.value.status) == ("AccessDenied", 403)
+    assert e.value.message == "There were headers present in the request which were not signed"
+    assert e.value.extra["HeadersNotSigned"] == header.lower()
+    # Signed at presign time, the header is accepted (and must then be sent).
+    p = presigned("put_object", {"Bucket": "b", "Key": "k", "Metadata": {"owner": "me"}})
+    p.headers = {**p.headers, "x-amz-meta-owner": "me"}
+    assert p.auth().user == "alice"
+
+
+@pytest.mark.parametrize("expires,code", [
+    ("9" * 5000, "AuthorizationQueryParametersError"), ("-1", "AuthorizationQueryParametersError"),
+    ("\u0663", "AuthorizationQueryParametersError"), ("+60", "AuthorizationQueryParametersError"),
+])
+def test_presigned_odd_expires_numbers(expires, code):
+    p = presigned("get_object", {"Bucket": "b", "Key": "k"})
+    p.query = [(k, expires if k == "X-Amz-Expires" else v) for k, v in p.query]
+    with pytest.raises(S3Error) as e:
+        p.auth()
+    assert e.value.code == code
+
+
+@pytest.mark.parametrize("expires", ["-99999999999999999999", "9" * 5000, "\u00b2", "1e9", ""])
+def test_sigv2_odd_expires_is_403_before_any_signature_check(expires):
+    """Issue 12 defect 7: these used to raise OverflowError (500) for anyone."""
+    p = presigned("get_object", {"Bucket": "b", "Key": "k"}, sigver="s3")
+    p.query = [(k, expires if k == "Expires" else "bogus" if k == "Signature" else v)
+               for k, v in p.query]
+    with pytest.raises(S3Error) as e:
+        p.auth()
+    assert e.value.status == 403
+
+
 def test_presigned_missing_parameter():
     p = presigned("get_object", {"Bucket": "b", "Key": "k"})
     p.query = [(k, v) for k, v in p.query if k != "X-Amz-Date"]

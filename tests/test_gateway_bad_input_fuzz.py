@@ -459,3 +459,32 @@ def test_issue_response_overrides(cu, name, value):
     # Latin-1 text is fine (an override is a header value, as S3 sends it).
     status, headers, _ = call(cu, "GET", target(f"/{BUCKET}/obj", [(name, "caf\u00e9; a=b")]))
     assert status == 200 and headers[name[len("response-"):]] == "caf\u00e9; a=b"
+
+
+@pytest.mark.parametrize("query,expect", [
+    ([("partNumber", "0")], (400, "InvalidArgument")),
+    ([("partNumber", "10001")], (400, "InvalidArgument")),
+    ([("partNumber", "9" * 5000)], (400, "InvalidArgument")),
+    ([("partNumber", "\u0661")], (400, "InvalidArgument")),
+    ([("partNumber", "2")], (416, "InvalidPartNumber")),
+    ([("partNumber", "1")], (206, "")),
+    ([("partNumber", "0001")], (206, "")),
+])
+def test_issue_part_numbers(cu, query, expect):
+    status, _, body = call(cu, "GET", target(f"/{BUCKET}/obj", query))
+    assert code_of(status, body) == expect, body[:300]
+
+
+@pytest.mark.parametrize("name", ["max-keys", "max-uploads", "max-parts", "part-number-marker"])
+@pytest.mark.parametrize("value,status", [("-1", 400), ("9" * 5000, 400), ("\u0663", 400),
+                                          ("+5", 400), (" 5", 400), ("2147483648", 400),
+                                          ("5", 200), ("00005", 200)])
+def test_issue_list_numbers(cu, name, value, status):
+    up = cu.upload_id  # type: ignore[attr-defined]
+    path, query = {"max-keys": (f"/{BUCKET}", []), "max-uploads": (f"/{BUCKET}", [("uploads", "")]),
+                   "max-parts": (f"/{BUCKET}/mp", [("uploadId", up)]),
+                   "part-number-marker": (f"/{BUCKET}/mp", [("uploadId", up)])}[name]
+    got, _, body = call(cu, "GET", target(path, query + [(name, value)]))
+    assert code_of(got, body)[0] == status, body[:300]
+    if status == 400:
+        assert code_of(got, body) == (400, "InvalidArgument")

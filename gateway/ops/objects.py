@@ -13,10 +13,11 @@ from starlette.responses import Response, StreamingResponse
 from gateway import checksums
 from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
-from gateway.numbers import INT32_MAX, parse_uint, shown
+from gateway.numbers import parse_uint, shown
 from gateway.ops.common import (
     MAX_DELETE_KEYS,
     MAX_PART_SIZE,
+    MAX_PARTS,
     S3_NS,
     S3Request,
     check_key,
@@ -272,12 +273,14 @@ async def _get_or_head(req: S3Request, head: bool) -> Response:
     part_number = req.query.get("partNumber")
     if part_number is not None:
         try:
-            pn = parse_uint(part_number, hi=INT32_MAX)
+            pn = parse_uint(part_number, hi=MAX_PARTS)
         except ValueError:
+            pn = 0
+        if pn < 1:  # not a number in 1..10000: S3's InvalidArgument; a part it lacks: 416
             raise S3Error("InvalidArgument", "Part number must be an integer between 1 and "
                           "10000, inclusive", ArgumentName="partNumber",
-                          ArgumentValue=part_number) from None
-        if pn < 1 or pn > max(1, len(obj.parts)):
+                          ArgumentValue=shown(part_number))
+        if pn > max(1, len(obj.parts)):
             raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable",
                           status=416)
         start = sum(int(p["size"]) for p in obj.parts[:pn - 1])

@@ -56,14 +56,13 @@ def _local(tag: str) -> str:
 def parse_untrusted(body: bytes) -> Element:
     """Parse an untrusted request document; any failure is MalformedXML. expat raises more
     than ParseError: LookupError for an unknown declared encoding (`encoding="x-bogus"`),
-    UnicodeError or ValueError for bytes that do not decode, and defusedxml its own
+    ValueError (UnicodeError) for bytes that do not decode, and defusedxml its own
     exceptions for DTDs and entities; none of them may become a 500."""
     if not body or not body.strip():
         raise S3Error("MalformedXML")
     try:
         return SafeET.fromstring(body, forbid_dtd=True)
-    except (ParseError, DefusedXmlException, LookupError, ValueError, UnicodeError,
-            TypeError, RecursionError, MemoryError):
+    except (ParseError, DefusedXmlException, LookupError, ValueError, RecursionError):
         raise S3Error("MalformedXML") from None
 
 

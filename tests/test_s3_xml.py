@@ -271,3 +271,29 @@ def test_error_fields():
     assert S3Error("InternalError").status == 500 and S3Error("ServiceUnavailable").status == 503
     assert S3Error("MethodNotAllowed").status == 405
     assert S3Error("BucketAlreadyOwnedByYou").status == 409
+
+
+@pytest.mark.parametrize("encoding", ["x-bogus", "rot13", "zlib", "base64", "utf-16", "cp500"])
+@pytest.mark.parametrize("parse,doc", [
+    (xmlio.parse_delete, "<Delete><Object><Key>k</Key></Object></Delete>"),
+    (xmlio.parse_complete_multipart_upload,
+     "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>e</ETag></Part>"
+     "</CompleteMultipartUpload>"),
+    (xmlio.parse_create_bucket_configuration,
+     "<CreateBucketConfiguration><LocationConstraint>x</LocationConstraint>"
+     "</CreateBucketConfiguration>"),
+])
+def test_a_declared_encoding_the_parser_cannot_use_is_malformed_xml(parse, doc, encoding):
+    """Issue 12 defect 5: LookupError (and friends) from expat used to be a 500."""
+    with pytest.raises(S3Error) as e:
+        parse(f'<?xml version="1.0" encoding="{encoding}"?>{doc}'.encode())
+    assert e.value.code == "MalformedXML"
+
+
+@pytest.mark.parametrize("number", ["\u0661", "\u00b2", "+1", "1_0", "9" * 5000])
+def test_part_numbers_in_xml_are_ascii_digits(number):
+    body = (f"<CompleteMultipartUpload><Part><PartNumber>{number}</PartNumber><ETag>e</ETag>"
+            "</Part></CompleteMultipartUpload>").encode()
+    with pytest.raises(S3Error) as e:
+        xmlio.parse_complete_multipart_upload(body)
+    assert e.value.code == "MalformedXML"

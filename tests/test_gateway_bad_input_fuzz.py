@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import defusedxml.ElementTree as ET
@@ -60,9 +61,9 @@ def gw(tmp_path_factory):
     assert "internal error" not in log and "Traceback" not in log, g.log_tail(80)
 
 
-@pytest.fixture(scope="module")
-def c(gw) -> Creds:
-    return Creds(gw.port, ACCESS_KEY, SECRET_KEY)
+@dataclass(frozen=True)
+class FuzzCreds(Creds):
+    upload_id: str = ""  # the multipart upload the fixture left open, for part requests
 
 
 def q(value: str) -> str:
@@ -118,15 +119,15 @@ def ranges(draw: Any) -> str:
     return f"{draw(st.sampled_from(['bytes=', 'bytes =', 'Bytes=', 'items=']))}{a}-{b}{extra}"
 
 
-def range_request(c: Creds, rng: str, method: str) -> None:
+def range_request(c: FuzzCreds, rng: str, method: str) -> None:
     status, _, body = call(c, method, target(f"/{BUCKET}/obj"), {"Range": rng})
     assert status in (200, 206, 400, 416), (rng, status)
     if status == 200 and method == "GET":
         assert body == OBJ
 
 
-def copy_range_request(c: Creds, rng: str) -> None:
-    up = c.upload_id  # type: ignore[attr-defined]
+def copy_range_request(c: FuzzCreds, rng: str) -> None:
+    up = c.upload_id
     call(c, "PUT", target(f"/{BUCKET}/mp", [("partNumber", "2"), ("uploadId", up)]),
          {"x-amz-copy-source": f"/{BUCKET}/obj", "x-amz-copy-source-range": rng})
 
@@ -145,15 +146,15 @@ NUMBER_QUERIES: list[tuple[str, str, list[tuple[str, str]]]] = [
 ]
 
 
-def number_request(c: Creds, which: int, number: str) -> None:
+def number_request(c: FuzzCreds, which: int, number: str) -> None:
     method, path, query = NUMBER_QUERIES[which]
-    up = c.upload_id  # type: ignore[attr-defined]
+    up = c.upload_id
     query = [(k, v.replace("{}", number).replace("UPLOAD", up)) for k, v in query]
     body = b"tiny" if method == "PUT" else b""
     call(c, method, target(path, query), body=body)
 
 
-def number_header_request(c: Creds, name: str, number: str) -> None:
+def number_header_request(c: FuzzCreds, name: str, number: str) -> None:
     headers = {name: number}
     payload_hash = None
     if name == "x-amz-decoded-content-length":
@@ -191,8 +192,8 @@ XML_BODIES = st.one_of(
 XML_TARGETS = ["delete", "complete", "create-bucket"]
 
 
-def xml_request(c: Creds, where: str, body: bytes) -> None:
-    up = c.upload_id  # type: ignore[attr-defined]
+def xml_request(c: FuzzCreds, where: str, body: bytes) -> None:
+    up = c.upload_id
     if where == "delete":
         call(c, "POST", target(f"/{BUCKET}", [("delete", "")]), body=body)
     elif where == "complete":
@@ -210,7 +211,7 @@ KEYS = st.text(KEY_CHARS, min_size=1, max_size=60).filter(
     lambda k: not any(seg in (".", "..") for seg in k.split("/")))
 
 
-def key_roundtrip(c: Creds, key: str) -> None:
+def key_roundtrip(c: FuzzCreds, key: str) -> None:
     """PUT, GET, LIST and DELETE of the key through hand-signed requests."""
     path = f"/{KEY_BUCKET}/{key}"
     body = key.encode("utf-8", "surrogatepass")[:100] or b"-"
@@ -236,7 +237,7 @@ def key_roundtrip(c: Creds, key: str) -> None:
     assert status == 404, key
 
 
-def raw_key_request(c: Creds, key: str, method: str) -> None:
+def raw_key_request(c: FuzzCreds, key: str, method: str) -> None:
     call(c, method, target(f"/{KEY_BUCKET}/{key}"), body=b"raw" if method == "PUT" else b"")
 
 
@@ -251,7 +252,7 @@ HEADER_NAMES = st.sampled_from([
     lambda s: "x-amz-meta-" + s)
 
 
-def header_request(c: Creds, method: str, headers: dict[str, str], body: bytes) -> None:
+def header_request(c: FuzzCreds, method: str, headers: dict[str, str], body: bytes) -> None:
     path = f"/{BUCKET}/hdr" if method != "GET" else f"/{BUCKET}/obj"
     call(c, method, target(path), headers, body if method == "PUT" else b"")
 
@@ -266,7 +267,7 @@ QUERY_NAMES = st.sampled_from([
 ]) | TEXT
 
 
-def query_request(c: Creds, method: str, path: str, query: list[tuple[str, str]]) -> None:
+def query_request(c: FuzzCreds, method: str, path: str, query: list[tuple[str, str]]) -> None:
     call(c, method, target(path, query), body=b"q" if method == "PUT" else b"")
 
 
@@ -304,12 +305,12 @@ def chunked_bodies(draw: Any) -> tuple[str, dict[str, str], bytes]:
     return mode, headers, out
 
 
-def chunked_request(c: Creds, body: tuple[str, dict[str, str], bytes]) -> None:
+def chunked_request(c: FuzzCreds, body: tuple[str, dict[str, str], bytes]) -> None:
     mode, headers, data = body
     call(c, "PUT", target(f"/{BUCKET}/chunked"), headers, data, payload_hash=mode)
 
 
-def override_request(c: Creds, name: str, value: str) -> None:
+def override_request(c: FuzzCreds, name: str, value: str) -> None:
     status, headers, _ = call(c, "GET", target(f"/{BUCKET}/obj", [(name, value)]))
     sendable = all(c == "\t" or " " <= c <= "~" or "\xa0" <= c <= "\xff" for c in value)
     assert status == (200 if sendable else 400), (name, value, status)
@@ -348,7 +349,7 @@ CATEGORIES: dict[str, tuple[Any, Callable[..., None]]] = {
 }
 
 
-def run_category(c: Creds, name: str, examples: int) -> None:
+def run_category(c: FuzzCreds, name: str, examples: int) -> None:
     strategy, check = CATEGORIES[name]
 
     @settings(max_examples=examples, deadline=None, database=None,
@@ -361,10 +362,8 @@ def run_category(c: Creds, name: str, examples: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def cu(gw, c) -> Creds:
-    """Creds that also carry the open multipart upload's id."""
-    object.__setattr__(c, "upload_id", gw.upload_id)
-    return c
+def cu(gw) -> FuzzCreds:
+    return FuzzCreds(gw.port, ACCESS_KEY, SECRET_KEY, gw.upload_id)
 
 
 @pytest.mark.parametrize("category", list(CATEGORIES))
@@ -408,7 +407,7 @@ def test_issue_ranges(cu, method, rng, status):
     ("bytes=0-9", (200, "")),
 ])
 def test_issue_copy_source_range(cu, rng, expect):
-    up = cu.upload_id  # type: ignore[attr-defined]
+    up = cu.upload_id
     status, _, body = call(cu, "PUT", target(f"/{BUCKET}/mp", [("partNumber", "3"),
                                                                 ("uploadId", up)]),
                            {"x-amz-copy-source": f"/{BUCKET}/obj",
@@ -438,7 +437,7 @@ def test_issue_xml_with_unknown_encoding(cu, where, encoding):
             "create-bucket": "<CreateBucketConfiguration><LocationConstraint>eu-west-1"
                              "</LocationConstraint></CreateBucketConfiguration>"}[where]
     data = f'<?xml version="1.0" encoding="{encoding}"?>{body}'.encode()
-    up = cu.upload_id  # type: ignore[attr-defined]
+    up = cu.upload_id
     tgt = {"delete": target(f"/{BUCKET}", [("delete", "")]),
            "complete": target(f"/{BUCKET}/mp", [("uploadId", up)]),
            "create-bucket": target("/fuzz-xml-bucket")}[where]
@@ -480,7 +479,7 @@ def test_issue_part_numbers(cu, query, expect):
                                           ("+5", 400), (" 5", 400), ("2147483648", 400),
                                           ("5", 200), ("00005", 200)])
 def test_issue_list_numbers(cu, name, value, status):
-    up = cu.upload_id  # type: ignore[attr-defined]
+    up = cu.upload_id
     path, query = {"max-keys": (f"/{BUCKET}", []), "max-uploads": (f"/{BUCKET}", [("uploads", "")]),
                    "max-parts": (f"/{BUCKET}/mp", [("uploadId", up)]),
                    "part-number-marker": (f"/{BUCKET}/mp", [("uploadId", up)])}[name]

@@ -19,15 +19,16 @@ Replays:
 - Across a restart: the write signatures accepted are also appended to a file beside the
   node's indexes (`replay_path`: `<index dir>/<node>.auth-replay.log`, or `auth-replay.log`
   in the first emulated drive's directory; zonestore/node/server.py:replay_path), and a
-  restarted node loads those of the last 2 x window. We chose
-  this over "refuse signatures older than the process start": that rule would either refuse
-  every write of a gateway whose clock is behind the node's (for up to the skew the window
-  allows) or, with that much slack, leave the window open again after a restart; remembering
-  works whatever the clocks say. Each accepted write costs one small append (a write() into
-  the page cache, no fsync: it survives any kill or crash of the process; a power loss may
-  lose the last seconds of entries, and the machine's reboot then has to outlast the rest of
-  the window for those to be safe). The file is rotated every 2 x window, so it holds at
-  most two windows' worth. The memory of seen signatures is bounded (100,000 writes).
+  restarted node loads those of the last 2 x window. We chose this over "refuse signatures
+  older than the process start": that rule would either refuse every write of a gateway
+  whose clock is behind the node's (for up to the skew the window allows) or, given that
+  much slack, leave the window open again after a restart; remembering works whatever the
+  clocks say. Each accepted write costs one small append (a write() into the page cache, no
+  fsync): it survives any kill or crash of the process; a power loss may lose the last
+  ~30 s of entries (the kernel's writeback delay), and a machine back up within the window
+  would then accept replays of those few writes until the window ends.
+  The file is rotated every 2 x window, so it holds at most two windows' worth; the memory of
+  seen signatures is bounded (100,000 writes).
 """
 
 from __future__ import annotations

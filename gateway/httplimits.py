@@ -10,6 +10,7 @@ gateway's HTTP protocol (gateway/httpproto.py) before the S3 app sees a request:
 | `max_url_bytes` | 16384 | 400 RequestHeaderSectionTooLarge (a request line longer than this) |
 | `header_timeout_seconds` | 20 | 400 RequestTimeout: the head must be complete this long after the connection opened or its first byte arrived (slowloris) |
 | `body_timeout_seconds` | 30 | 400 RequestTimeout: a request body from which no byte arrived for this long, while the gateway was reading |
+| `send_timeout_seconds` | 60 | the connection is cut: a client that reads nothing of a response for this long (its download holds node connections and memory) |
 | `max_connections` | 512 | 503 SlowDown, per worker process, answered at accept |
 
 A body declared longer than S3's 5 GiB limit (Content-Length or x-amz-decoded-content-length)
@@ -32,6 +33,7 @@ class HttpLimits:
     max_url_bytes: int = 16384
     header_timeout_seconds: float = 20.0
     body_timeout_seconds: float = 30.0
+    send_timeout_seconds: float = 60.0
     max_connections: int = 512
 
     @classmethod

@@ -128,6 +128,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._last_rx = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
         self._refusal: S3Error | None = None
         self._lingering = False
         self.url = b""  # uvicorn sets it at the first request; the timers look at it earlier
@@ -217,7 +218,30 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        # The client reads slower than we send; one that reads nothing for the send timeout
+        # is cut off, so that its download does not hold the worker's node connections.
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.limits.send_timeout_seconds,
+                                                    self._send_timed_out)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _send_timed_out(self) -> None:
+        self._send_timer = None
+        if self.flow.write_paused and not self.transport.is_closing():
+            self.logger.info("closing a connection whose client read nothing for %gs",
+                             self.limits.send_timeout_seconds)
+            self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:

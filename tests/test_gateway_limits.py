@@ -3,7 +3,8 @@ request heads beyond 8 KiB or 100 lines are refused with S3's RequestHeaderSecti
 before they are buffered (a 64 MiB head is cut off after a few KiB, the worker's memory does
 not grow, /health/live answers meanwhile); heads and bodies that stop arriving get
 RequestTimeout (and a stalled upload stores nothing); a body longer than 5 GiB is refused as
-soon as its head is read; connections beyond the per-worker bound get 503 SlowDown.
+soon as its head is read; a download whose client reads nothing is cut off; connections
+beyond the per-worker bound get 503 SlowDown.
 
 The real gateway (`zonegate serve`, one worker) over real nodes, driven by raw sockets and
 boto3; the timeouts are shortened in the cluster config so that the tests are quick.
@@ -11,6 +12,7 @@ boto3; the timeouts are shortened in the cluster config so that the tests are qu
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import threading
@@ -27,13 +29,15 @@ pytestmark = pytest.mark.timeout(240)
 
 HEADER_TIMEOUT = 3.0
 BODY_TIMEOUT = 3.0
+SEND_TIMEOUT = 3.0
 WAIT = 30.0  # socket timeout: far beyond every limit, so a hang fails instead of blocking
 
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory):
     g = Gateway(tmp_path_factory.mktemp("limits"), gateway_options={
-        "header_timeout_seconds": HEADER_TIMEOUT, "body_timeout_seconds": BODY_TIMEOUT})
+        "header_timeout_seconds": HEADER_TIMEOUT, "body_timeout_seconds": BODY_TIMEOUT,
+        "send_timeout_seconds": SEND_TIMEOUT})
     g.start()
     s3 = g.client()
     s3.create_bucket(Bucket="lim")
@@ -67,6 +71,8 @@ def read_response(s: socket.socket) -> tuple[int, dict[str, str], bytes, bool]:
         rest += chunk
     body, extra = rest[:length], rest[length:]
     closed = False
+    if headers.get("connection", "").lower() != "close":
+        return status, headers, body, closed  # kept alive: nothing more to wait for
     try:
         while True:
             chunk = s.recv(65536)
@@ -74,7 +80,7 @@ def read_response(s: socket.socket) -> tuple[int, dict[str, str], bytes, bool]:
                 closed = True
                 break
             extra += chunk
-    except (TimeoutError, ConnectionResetError):
+    except ConnectionResetError:
         closed = True
     return status, headers, body, closed
 
@@ -225,13 +231,18 @@ def test_a_stalled_upload_times_out_and_stores_nothing(gw):
     with connect(gw.port) as s:
         s.sendall(unsigned_put_head(gw.port, "/lim/stalled", 4 * 1024 * 1024))
         s.sendall(b"x" * (1536 * 1024))  # more than a segment: fragments reach the nodes
+        t0 = time.monotonic()
         status, _, body, closed = read_response(s)
+        print("RESPONSE AFTER", time.monotonic() - t0)
     assert (status, code_of(body)) == (400, "RequestTimeout") and closed
     s3 = gw.client()
+    print("A", time.monotonic() - t0)
     with pytest.raises(ClientError) as e:
         s3.head_object(Bucket="lim", Key="stalled")
+    print("B", time.monotonic() - t0)
     assert e.value.response["Error"]["Code"] == "404"
     assert wait_for(lambda: archive_ids(gw) == before, timeout=30)
+    print("C", time.monotonic() - t0)
     # A client that keeps sending, however slowly, is not cut off.
     with connect(gw.port) as s:
         body = b"y" * 300_000
@@ -240,6 +251,7 @@ def test_a_stalled_upload_times_out_and_stores_nothing(gw):
             s.sendall(body[i:i + 100_000])
             time.sleep(BODY_TIMEOUT / 2)
         status, _, answer, _ = read_response(s)
+    print("D", time.monotonic() - t0)
     assert status == 200, answer
     assert s3.get_object(Bucket="lim", Key="slow")["Body"].read() == body
     s3.close()
@@ -280,3 +292,30 @@ def test_connections_beyond_the_bound_get_slowdown(gw, tmp_path):
         for h in held:
             h.close()
         bounded.stop_gateway()
+
+
+def test_a_download_nobody_reads_is_cut_off(gw):
+    s3 = gw.client()
+    body = os.urandom(6 * 1024 * 1024)
+    s3.put_object(Bucket="lim", Key="unread", Body=body)
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": "lim", "Key": "unread"})
+    path = url.split(str(gw.port), 1)[1]
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)  # before connect: the window
+    s.settimeout(WAIT)
+    try:
+        s.connect(("127.0.0.1", gw.port))
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{gw.port}\r\n\r\n".encode())
+        time.sleep(SEND_TIMEOUT + 4)  # read nothing
+        got = 0
+        try:
+            while chunk := s.recv(1 << 20):
+                got += len(chunk)
+        except ConnectionResetError:
+            pass
+    finally:
+        s.close()
+    assert 0 < got < len(body)  # the head and some bytes, then the end of the connection
+    # A client that reads, however slowly, gets everything.
+    assert s3.get_object(Bucket="lim", Key="unread")["Body"].read() == body
+    s3.close()

@@ -9,6 +9,11 @@ supervises them until Ctrl-C or SIGTERM. A restart finds the same configuration 
 Children never outlive the launcher: each runs in its own process group (so a terminal's
 Ctrl-C reaches only the launcher, which then stops the gateway before the nodes), and asks the
 kernel for SIGTERM should the launcher die, even by SIGKILL (PR_SET_PDEATHSIG).
+
+A child that dies is started again, after its process group is reaped (the gateway's workers
+leave with their master, and whatever lingers is SIGKILLed before a new master binds the
+port), with a backoff that doubles from RESTART_DELAY_S up to RESTART_DELAY_MAX_S while it
+keeps dying soon after its start; the cluster is never given up.
 """
 
 from __future__ import annotations
@@ -53,7 +58,10 @@ MALLOC_ENV = {
 }
 READY_BANNER = "ZoneGate is ready"
 PR_SET_PDEATHSIG = 1
-RESTARTS_PER_MINUTE = 5
+RESTART_DELAY_S = 0.5
+RESTART_DELAY_MAX_S = 30.0
+STABLE_S = 60.0  # a child that ran this long before dying is restarted without delay
+REAP_S = 8.0  # what the rest of a dead child's group gets after SIGTERM before SIGKILL
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -228,7 +236,8 @@ class Child:
     log: Path
     proc: Any = None
     starts: list[float] = field(default_factory=list)
-    gave_up: bool = False
+    failures: int = 0  # deaths in a row, each soon after its start
+    restart_at: float | None = None  # when a dead child is to be started again
 
     def spawn(self, env: dict[str, str], keep_fds: tuple[int, ...] = ()) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -247,13 +256,37 @@ class Child:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def signal_group(self, sig: int) -> None:
+    def signal_group(self, sig: int) -> bool:
+        """Signal the child's process group; False when the group is gone."""
         if self.proc is None:
-            return
+            return False
         try:
             os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):
-            pass
+            return False
+        return True
+
+    def reap_group(self, grace: float) -> None:
+        """After the child itself died: SIGTERM what is left of its process group (a
+        gateway's workers), SIGKILL it after `grace` seconds, and wait until it is gone."""
+        if not self.signal_group(signal.SIGTERM):
+            return
+        deadline = time.monotonic() + grace
+        while self.signal_group(0):
+            if time.monotonic() > deadline:
+                self.signal_group(signal.SIGKILL)
+                deadline = float("inf")
+            time.sleep(0.1)
+
+    def restart_delay(self, now: float) -> float:
+        """How long to wait before starting the dead child again (doubling while it keeps
+        dying soon after its start)."""
+        if self.starts and now - self.starts[-1] >= STABLE_S:
+            self.failures = 0
+        self.failures += 1
+        if self.failures == 1:
+            return 0.0
+        return min(RESTART_DELAY_MAX_S, RESTART_DELAY_S * 2 ** (self.failures - 2))
 
     def tail(self, lines: int = 15) -> str:
         try:
@@ -298,7 +331,6 @@ class Launcher:
         self.data = Path(args.data).resolve()
         self.config_path = self.data / CONFIG_NAME
         self.stopping = 0  # the signal that asked us to stop
-        self.failed = False
         self.children: list[Child] = []
         self.gateway: Child | None = None
         self.cfg: dict[str, Any] = {}
@@ -513,21 +545,24 @@ class Launcher:
         while not self.stopping:
             time.sleep(0.25)
             for c in [*self.children, self.gateway]:
-                if c.alive() or c.gave_up or self.stopping:
+                if self.stopping:
+                    break
+                if c.restart_at is not None:
+                    if time.monotonic() >= c.restart_at:
+                        c.restart_at = None
+                        c.spawn(self.env, self.keep_fds)
+                    continue
+                if c.alive():
                     continue
                 code = c.proc.returncode
-                now = time.monotonic()
-                recent = [t for t in c.starts if now - t < 60]
-                if len(recent) >= RESTARTS_PER_MINUTE:
-                    c.gave_up = True
-                    self.say(f"{c.name} exited (code {code}) {len(recent)} times in a minute; "
-                             f"not restarting it. Last lines of {c.log}:\n{c.tail()}")
-                    if c is self.gateway:  # nothing left to serve S3: stop the whole cluster
-                        self.failed = True
-                        return
-                    continue
-                self.say(f"{c.name} exited (code {code}); restarting it (log {c.log})")
-                c.spawn(self.env, self.keep_fds)
+                # The old group first: a gateway's workers must not keep serving the port.
+                c.reap_group(REAP_S)
+                delay = c.restart_delay(time.monotonic())
+                when = f"in {delay:g}s" if delay else "now"
+                self.say(f"{c.name} exited (code {code}); restarting it {when} (log {c.log})")
+                if c.failures > 2:
+                    self.say(f"last lines of {c.log}:\n{c.tail()}")
+                c.restart_at = time.monotonic() + delay
 
     def _stop(self, group: list[Child]) -> None:
         live = [c for c in group if c.alive()]
@@ -569,4 +604,4 @@ def cmd_dev(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         launcher.stop()
         launcher.say("stopped")
-    return 0 if ok and not launcher.failed else 1
+    return 0 if ok else 1

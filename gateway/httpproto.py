@@ -1,5 +1,18 @@
 """The gateway's HTTP protocol for uvicorn: httptools, with a shutdown that does not sit out
-idle TLS clients, and a bigger request-body buffer that copies less.
+idle TLS clients, a bigger request-body buffer that copies less, and the connection limits of
+gateway/httplimits.py.
+
+Limits. httptools gathers a header's value across reads by concatenation before it calls
+`on_header`, so a 64 MiB head cost seconds of a worker and hundreds of MB. Here the bytes fed
+to the parser while a head is incomplete are counted in `data_received`, and a head longer
+than the limits (plus one read) is refused there; the exact limits (header bytes, header
+count, request line) are checked in the parser callbacks, which stop the parser by raising.
+Refusals are S3 XML errors written by the protocol itself, followed by a lingering close (the
+write side is shut, what the client still sends is read and dropped for LINGER_S), so that a
+client still sending its body reads the answer instead of a connection reset. A refusal that
+arrives while the app is on the request (a stalled body) first cuts the app off: its
+`receive()` then ends with `http.disconnect` (the upload is aborted, nothing is stored) and its
+answer is dropped.
 
 At SIGTERM uvicorn closes every idle keep-alive connection and waits until each one is gone.
 Over plain TCP that is immediate. Over TLS, close() flushes, sends close_notify and then waits
@@ -15,11 +28,19 @@ not touched: they finish, then close the same way, or meet `timeout_graceful_shu
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
+import re
+import secrets
 import struct
 import termios
+from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+import httptools
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from gateway.errors import S3Error, error_xml
+from gateway.httplimits import MAX_BODY_BYTES, HttpLimits
 
 POLL_S = 0.05  # delivery is acknowledged within a round trip; this only bounds the extra wait
 # uvicorn stops reading a connection once 64 KiB of its body wait for the app, so a fast upload
@@ -27,6 +48,14 @@ POLL_S = 0.05  # delivery is acknowledged within a round trip; this only bounds 
 # encoded the last piece. Letting 1 MiB (one erasure segment) wait instead: a single curl PUT of
 # 1 GiB through 12 nodes 313-334 -> 341-392 MB/s, interleaved A/B. Memory: this much per upload.
 BODY_BUFFER = 1024 * 1024
+# After a refusal, what the client still sends is read and dropped for this long, or up to
+# this many bytes, so that its kernel does not get a reset before the client read the answer.
+LINGER_S = 2.0
+LINGER_BYTES = 4 * 1024 * 1024
+# Bytes of a head beyond the url and header limits: method, version, line ends, white space.
+HEAD_SLACK = 1024
+DIGITS = re.compile(rb"[0-9]{1,20}")
+LENGTH_HEADERS = (b"content-length", b"x-amz-decoded-content-length")
 
 
 class BodyChunks:
@@ -71,8 +100,221 @@ def unacked_bytes(transport: object) -> int | None:
     return int(struct.unpack("i", out)[0])
 
 
+class _Refused(Exception):
+    """Raised in a parser callback to stop the parser; data_received answers the refusal."""
+
+
+def too_large(what: str, limit: int) -> S3Error:
+    return S3Error("RequestHeaderSectionTooLarge",
+                   f"Your request {what} exceeds the maximum allowed size.",
+                   MaxSizeAllowed=limit)
+
+
 class GatewayHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol; the body buffer and the shutdown of TLS connections differ."""
+    """uvicorn's httptools protocol; the body buffer, the shutdown of TLS connections and the
+    limits of gateway/httplimits.py differ."""
+
+    def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        # `zonegate serve` puts the limits on uvicorn's Config (pickled into each worker).
+        self.limits: HttpLimits = getattr(config, "zonegate_limits", None) or HttpLimits()
+        lim = self.limits
+        self._head_raw_limit = lim.max_url_bytes + lim.max_header_bytes + HEAD_SLACK
+        self._in_head = True   # the next bytes belong to a request head
+        self._in_body = False  # between the end of a head and the end of its body
+        self._head_raw = 0     # bytes fed to the parser since the head began (at least)
+        self._header_bytes = 0
+        self._header_count = 0
+        self._last_rx = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._refusal: S3Error | None = None
+        self._lingering = False
+        self.url = b""  # uvicorn sets it at the first request; the timers look at it earlier
+
+    # -- timers
+    def _arm(self, delay: float, callback: Any) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(delay, callback)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _head_timed_out(self) -> None:
+        self._timer = None
+        if not self._in_head or self._lingering or self.transport.is_closing():
+            return
+        if self._head_raw or self.url or self.headers:
+            self._refuse(S3Error("RequestTimeout"))
+        else:  # nothing sent at all: just hang up, as the keep-alive timeout does
+            self.transport.close()
+
+    def _body_check(self) -> None:
+        self._timer = None
+        if not self._in_body or self._lingering or self.transport.is_closing():
+            return
+        now = self.loop.time()
+        cycle = self.cycle
+        if self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue):
+            self._last_rx = now  # the gateway holds the body back, not the client
+        idle = now - self._last_rx
+        timeout = self.limits.body_timeout_seconds
+        if idle >= timeout:
+            self._refuse(S3Error("RequestTimeout"), current=True)
+        else:
+            self._arm(timeout - idle, self._body_check)
+
+    # -- refusals
+    def _stop(self, err: S3Error) -> _Refused:
+        self._refusal = err
+        return _Refused(err.code)
+
+    def _refuse(self, err: S3Error, *, current: bool = False) -> None:
+        """Answer `err` on this connection and close it (see the module docstring). `current`:
+        the refusal is about the request the app has (else about a head not yet passed on)."""
+        self._disarm()
+        self._in_head = self._in_body = False
+        t = self.transport
+        cycle = self.cycle
+        if cycle is not None and (current or not cycle.response_complete):
+            if cycle.response_started:  # too late for another answer
+                t.close()
+                return
+            cycle.disconnected = True  # the app's receive() ends, its answer is dropped
+            cycle.message_event.set()
+        if t.is_closing():
+            return
+        rid = secrets.token_hex(8).upper()
+        method = self.parser.get_method() if self.url and self.parser is not None else None
+        body = b"" if method == b"HEAD" else error_xml(err, rid)
+        head = [STATUS_LINE[err.status]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head.append(b"content-type: application/xml\r\n"
+                    b"content-length: %d\r\nx-amz-request-id: %s\r\nconnection: close\r\n\r\n"
+                    % (len(body), rid.encode()))
+        head.append(body)
+        t.write(b"".join(head))
+        self._lingering = True
+        self._head_raw = 0  # now: bytes dropped
+        self.flow.resume_reading()  # keep reading, and dropping, what the client still sends
+        if t.can_write_eof():
+            t.write_eof()
+            self._arm(LINGER_S, t.close)
+        else:
+            t.close()
+
+    # -- protocol and parser callbacks
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            self._refuse(S3Error("SlowDown"))
+            return
+        self._arm(self.limits.header_timeout_seconds, self._head_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+        super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        # The client reads slower than we send; one that reads nothing for the send timeout
+        # is cut off, so that its download does not hold the worker's node connections.
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.limits.send_timeout_seconds,
+                                                    self._send_timed_out)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _send_timed_out(self) -> None:
+        self._send_timer = None
+        if self.flow.write_paused and not self.transport.is_closing():
+            self.logger.info("closing a connection whose client read nothing for %gs",
+                             self.limits.send_timeout_seconds)
+            self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            self._head_raw += len(data)
+            if self._head_raw > LINGER_BYTES:
+                self.transport.close()
+            return
+        self._unset_keepalive_if_required()
+        self._last_rx = self.loop.time()
+        if self._in_head:
+            self._head_raw += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError:
+            err, self._refusal = self._refusal, None
+            if err is None:
+                self.logger.warning("Invalid HTTP request received.")
+                err = S3Error("InvalidRequest", "Invalid HTTP request received.")
+            self._refuse(err)
+            return
+        if self._in_head and self._head_raw > self._head_raw_limit:
+            # Still no end of the head: refuse before httptools gathers any more of it.
+            if len(self.url) > self.limits.max_url_bytes or not self.headers:
+                self._refuse(too_large("line", self.limits.max_url_bytes))
+            else:
+                self._refuse(too_large("header section", self.limits.max_header_bytes))
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._header_bytes = self._header_count = 0
+        if self._timer is None:  # the timer armed at connect keeps running
+            self._arm(self.limits.header_timeout_seconds, self._head_timed_out)
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > self.limits.max_url_bytes:
+            raise self._stop(too_large("line", self.limits.max_url_bytes))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        self._header_bytes += len(name) + len(value) + 4  # ": " and the line end
+        lim = self.limits
+        if self._header_count > lim.max_header_count or self._header_bytes > lim.max_header_bytes:
+            raise self._stop(too_large("header section", lim.max_header_bytes))
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        for name, value in self.headers:
+            if name in LENGTH_HEADERS:
+                m = DIGITS.fullmatch(value.strip())
+                if m is not None and int(m.group()) > MAX_BODY_BYTES:
+                    # Refused before a byte of the body is awaited; the app would say the same.
+                    raise self._stop(S3Error("EntityTooLarge", ProposedSize=int(m.group()),
+                                             MaxSizeAllowed=MAX_BODY_BYTES))
+        super().on_headers_complete()
+        self._in_body = True
+        self._last_rx = self.loop.time()
+        self._arm(self.limits.body_timeout_seconds, self._body_check)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_body = False
+        self._disarm()
+        self._in_head = True
+        self._head_raw = 0
 
     def on_body(self, body: bytes) -> None:
         # uvicorn's own on_body, with BODY_BUFFER for its HIGH_WATER_LIMIT, and BodyChunks for

@@ -7,14 +7,28 @@ too: gateway/httpproto.py) and requests in flight get --shutdown-timeout seconds
 the gateway stops within the grace `zonegate dev` allows it. The glibc allocator settings of
 the Makefile are applied by re-executing once with them in the environment, so the parent and
 every worker run with them.
+
+Workers die with their master: each asks the kernel for SIGTERM when the master dies, even by
+SIGKILL (PR_SET_PDEATHSIG), and then stops as on any SIGTERM, so no orphaned worker keeps the
+port and a restarted master can bind it. The per-connection limits and timeouts of
+gateway/httplimits.py come from `[gateway]` and travel to the workers on uvicorn's Config.
+Prometheus multiprocess directories are named after the master's pid; those of dead masters
+(whose workers are dead too) are removed at start, so crashes do not leak them.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import ctypes
 import logging
 import os
+import re
+import shutil
+import signal
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 MALLOC_ENV = {
@@ -23,6 +37,10 @@ MALLOC_ENV = {
     "MALLOC_MMAP_THRESHOLD_": "268435456",
 }
 CONFIG_ENV = "ZONEGATE_CONFIG"
+MASTER_ENV = "ZONEGATE_SERVE_MASTER"  # the master's pid, for its workers
+PR_SET_PDEATHSIG = 1
+METRICS_PREFIX = "zonegate-metrics-"
+STARTUP_FAILURE = 3  # uvicorn's exit status when the server did not start
 # What requests in flight get after SIGTERM before uvicorn cancels them: well inside the grace
 # `zonegate dev` gives the gateway before SIGKILL (10 s), leaving room for the app's own
 # shutdown. Idle connections do not wait for it (gateway/httpproto.py).
@@ -31,8 +49,70 @@ SHUTDOWN_TIMEOUT_S = 5.0
 
 def app_factory() -> Any:
     """uvicorn's factory in each worker: the app for the config named in the environment."""
+    die_with_master()
     from gateway.app import create_app
     return create_app(os.environ[CONFIG_ENV])
+
+
+def die_with_master() -> None:
+    """In a worker process (not in a single-process server): SIGTERM when the master dies."""
+    try:
+        master = int(os.environ.get(MASTER_ENV, ""))
+    except ValueError:
+        return
+    if master == os.getpid():
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != master:  # the master died before prctl took effect
+        os._exit(1)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_metrics_dirs(tmp: str | Path | None = None) -> list[Path]:
+    """Remove the multiprocess metrics directories of gateways that are gone: named after a
+    dead master (`zonegate-metrics-<pid>-*`), or of an older naming, whose metric files all
+    belong to dead processes. Returns what was removed."""
+    removed = []
+    for d in Path(tmp or tempfile.gettempdir()).glob(METRICS_PREFIX + "*"):
+        if not d.is_dir():
+            continue
+        pids = set()
+        m = re.match(re.escape(METRICS_PREFIX) + r"([0-9]+)-", d.name)
+        if m:
+            pids.add(int(m.group(1)))
+        try:
+            for f in d.glob("*.db"):
+                tail = f.stem.rsplit("_", 1)[-1]
+                if tail.isascii() and tail.isdigit():
+                    pids.add(int(tail))
+        except OSError:
+            continue
+        if pids and not any(_pid_alive(p) for p in pids):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+def _metrics_dir() -> str | None:
+    """A fresh multiprocess metrics directory named after this master (None: the operator
+    chose one with PROMETHEUS_MULTIPROC_DIR)."""
+    from gateway.metrics import MULTIPROC_ENV
+    if os.environ.get(MULTIPROC_ENV):
+        return None
+    remove_stale_metrics_dirs()
+    path = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def _listen(config_path: str, override: str | None) -> tuple[str, int]:
@@ -73,21 +153,39 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config_path = os.path.abspath(args.config)
     host, port = _listen(config_path, args.listen)
     # Validate the config and the metadata store here, so a bad file fails in one line.
+    from erasure.config import ClusterConfig
+    from gateway.httplimits import HttpLimits
+    cfg = ClusterConfig.load(config_path)
+    limits = HttpLimits.from_gateway(cfg.gateway)
     from gateway.metrics import prepare_multiprocess
-    prepare_multiprocess()  # before the workers start: /metrics then merges all of them
+    prepare_multiprocess(_metrics_dir())  # before the workers start: /metrics merges them
     from gateway.app import Gateway  # noqa: F401 - import errors surface before forking
     os.environ[CONFIG_ENV] = config_path
     import uvicorn
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
-    from erasure.config import ClusterConfig
-    for line in ClusterConfig.load(config_path).placeholder_warnings():
+    for line in cfg.placeholder_warnings():
         logging.getLogger("zonegate.serve").warning("%s", line)
-    uvicorn.run("gateway.serve:app_factory", factory=True, host=host, port=port,
-                workers=max(1, args.workers), loop="uvloop",
-                http="gateway.httpproto:GatewayHttpProtocol",
-                timeout_graceful_shutdown=args.shutdown_timeout,
-                lifespan="on", access_log=False, log_level=args.log_level,
-                ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,
-                timeout_keep_alive=75, server_header=False, date_header=True)
-    return 0
+    os.environ[MASTER_ENV] = str(os.getpid())
+    config = uvicorn.Config("gateway.serve:app_factory", factory=True, host=host, port=port,
+                            workers=max(1, args.workers), loop="uvloop",
+                            http="gateway.httpproto:GatewayHttpProtocol",
+                            timeout_graceful_shutdown=args.shutdown_timeout,
+                            lifespan="on", access_log=False, log_level=args.log_level,
+                            ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,
+                            timeout_keep_alive=75, server_header=False, date_header=True)
+    config.zonegate_limits = limits  # type: ignore[attr-defined]  # read by the protocol
+    return _run(config)
+
+
+def _run(config: Any) -> int:
+    """uvicorn.run() for a Config built here (uvicorn.run builds its own)."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+    server = uvicorn.Server(config=config)
+    if config.workers > 1:
+        sock = config.bind_socket()
+        Multiprocess(config, sockets=[sock]).run()
+        return 0
+    server.run()
+    return 0 if server.started else STARTUP_FAILURE

@@ -146,6 +146,7 @@ class ZoneLog:
         seq_zones = [z for z in zones if z.is_sequential]
         self.zone_capacity = seq_zones[0].capacity if seq_zones else 0
         self.seq_zones = [z.index for z in seq_zones]
+        self._conventional = [(z.index, z.capacity) for z in zones if not z.is_sequential]
         self._written: dict[int, int] = {}
         self._empty: set[int] = set()
         self._full: set[int] = set()
@@ -876,6 +877,35 @@ class ZoneLog:
         free += sum(w.remaining for w in self._writers.values() if not w.gc)
         free += sum(self.zone_capacity - self._written[z] for z in self._spares)
         return free
+
+    def zone_map(self) -> list[dict[str, Any]]:
+        """Every zone's state as the log sees it (no device I/O): index, cond (empty, open,
+        closed, full, conventional, offline), capacity, written, live and garbage bytes, and
+        whether reclaim is evacuating it."""
+        out: list[dict[str, Any]] = [
+            {"index": i, "cond": "conventional", "capacity": cap, "written": 0, "live": 0,
+             "garbage": 0, "reclaiming": False} for i, cap in self._conventional]
+        live_of = self.index.live
+        for z in self.seq_zones:
+            if z in self._bad:
+                cond = "offline"
+            elif z in self._writers:
+                cond = "open"
+            elif z in self._full:
+                cond = "full"
+            elif z in self._spares:
+                cond = "closed"
+            elif z in self._empty:
+                cond = "empty"
+            else:
+                cond = "closed"  # between two writers (taken, writer not made yet)
+            written = self._written.get(z, 0)
+            live = max(0, live_of.get(z, 0))
+            out.append({"index": z, "cond": cond, "capacity": self.zone_capacity,
+                        "written": written, "live": min(live, written) if written else live,
+                        "garbage": max(0, written - live), "reclaiming": z in self._reclaiming})
+        out.sort(key=lambda d: d["index"])
+        return out
 
     def has(self, record_id: str) -> bool:
         """Whether a live record with this id is here (no I/O)."""

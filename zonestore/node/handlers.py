@@ -355,6 +355,21 @@ async def node_stats(request: web.Request) -> web.Response:
                               "inflight": state.inflight, "drives": drives, "totals": totals})
 
 
+async def node_zones(request: web.Request) -> web.Response:
+    """Per drive, every zone's condition and bytes (written, live, garbage), from the logs'
+    own bookkeeping (no device I/O): what a console draws as a zone map."""
+    _no_body(request)
+    state = _state(request)
+    drives = []
+    for i, (path, log_) in enumerate(zip(state.drive_paths, state.logs, strict=False)):
+        info = log_.device.info
+        drives.append({"drive": i, "path": str(path), "zone_size": log_.zone_size,
+                       "zone_capacity": log_.zone_capacity,
+                       "max_open": info.max_open_zones, "max_active": info.max_active_zones,
+                       "zones": log_.zone_map()})
+    return web.json_response({"node_id": state.node_id, "drives": drives})
+
+
 async def health_live(request: web.Request) -> web.Response:
     return web.json_response({"status": "live", "node_id": _state(request).node_id})
 
@@ -381,6 +396,7 @@ def add_routes(app: web.Application) -> None:
     r.add_delete("/v1/records/{id}", delete_record, name="record_delete")
     r.add_get("/v1/records", list_records, name="list", allow_head=False)
     r.add_get("/v1/stats", node_stats, name="stats", allow_head=False)
+    r.add_get("/v1/zones", node_zones, name="zones", allow_head=False)
     r.add_get("/health/live", health_live, name="live")
     r.add_get("/health/ready", health_ready, name="ready")
     r.add_get("/metrics", metrics, name="metrics", allow_head=False)

@@ -240,7 +240,7 @@ def test_zone_map_has_a_cell_per_zone_and_follows_uploads(gw, alice):
     assert status == 200
     assert len(doc["nodes"]) == 6
     for n in doc["nodes"]:
-        assert n["up"] and n["source"] in ("zones", "stats")
+        assert n["up"] and n["source"] == "zones"  # the nodes have /v1/zones
         (d,) = n["drives"]
         assert len(d["zones"]) == 32  # tests/nodeproc.py TEST_GEOMETRY
         for z in d["zones"]:

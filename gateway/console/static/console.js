@@ -179,12 +179,12 @@ function renderOverview(doc) {
         ["Down", h.nodes_down.join(", ") || "none", h.nodes_down.length ? "bad" : null]]));
 
   const c = doc.capacity;
-  const total = (c.live || 0) + (c.garbage || 0) + (c.writable || 0) + (c.stranded || 0);
+  const capTotal = (c.live || 0) + (c.garbage || 0) + (c.writable || 0) + (c.stranded || 0);
   const bar = el("div", { class: "bar", role: "img",
     "aria-label": `live ${bytes(c.live)}, garbage ${bytes(c.garbage)}, writable ${bytes(c.writable)}` });
   for (const [k, cls] of [["live", "live"], ["garbage", "garbage"], ["stranded", "stranded"]]) {
     const s = el("span", { class: cls });
-    s.style.width = total ? `${100 * (c[k] || 0) / total}%` : "0";
+    s.style.width = capTotal ? `${100 * (c[k] || 0) / capTotal}%` : "0";
     bar.append(s);
   }
   const zones = Object.entries(c.zones_by_condition).map(([k, v]) => `${k} ${v}`).join(", ");
@@ -281,12 +281,16 @@ function renderZones(doc) {
     let box = document.getElementById("zn-" + n.id);
     if (!box) {
       box = el("section", { class: "node", id: "zn-" + n.id, "aria-label": "node " + n.id },
-               el("h3", {}, n.id + " ", el("span", { class: "note" })));
+               el("p", { class: "note" }));
       root.append(box);
     }
     seen.add(box.id);
-    box.querySelector(".note").textContent = !n.up || n.error ? `down: ${n.error || "unreachable"}`
-      : (n.source === "stats" ? "approximate (this node reports zone counts only)" : "");
+    const note = !n.up || n.error ? `${n.id} down: ${n.error || "unreachable"}`
+      : (n.source === "stats" ? `${n.id}: approximate map (this node reports zone counts only)` : "");
+    const noteEl = box.querySelector(".note");
+    noteEl.textContent = note;
+    noteEl.hidden = !note;
+    noteEl.classList.toggle("bad", !n.up || !!n.error);
     for (const d of n.drives) {
       const did = `zd-${n.id}-${d.drive}`;
       let row = document.getElementById(did);
@@ -295,24 +299,24 @@ function renderZones(doc) {
         const grid = el("div", { class: "cells", role: "grid",
           "aria-label": `zones of ${n.id} drive ${d.drive}`, onkeydown: zoneKeys });
         const line = el("div", { role: "row" });
+        line.style.display = "contents";  // the row must not break the wrapping flex layout
         grid.append(line);
         d.zones.forEach((z, i) => {
-          const cell = el("span", { class: "cell", role: "gridcell", tabindex: "-1",
+          const cell = el("span", { class: "cell", role: "gridcell", tabindex: i === 0 ? "0" : "-1",
             "data-node": n.id, "data-drive": d.drive, "data-index": z.index,
             onfocus: showZone, onclick: (ev) => ev.currentTarget.focus() },
             el("b", { class: "fill" }, el("b", { class: "garbage" })));
           line.append(cell);
-          if (i === 0) cell.tabIndex = 0;
         });
-        // the row element must not break the wrapping flex layout
-        line.style.display = "contents";
-        row = el("div", { class: "drive", id: did }, el("div", { class: "label" }), grid);
+        row = el("div", { class: "drive", id: did },
+                 el("div", { class: "label", text: `${n.id} · d${d.drive}`, title: d.path || "" }),
+                 grid, el("div", { class: "sum" }));
         box.append(row);
       }
       const cap = d.capacity || {};
-      row.querySelector(".label").textContent =
-        `drive ${d.drive} · ${d.zones.length} zones · live ${bytes(cap.live)} · garbage ${bytes(cap.garbage)}` +
-        ` · writable ${bytes(cap.writable)}` + (cap.stranded ? ` · stranded ${bytes(cap.stranded)}` : "");
+      row.querySelector(".sum").textContent =
+        `live ${bytes(cap.live)} · garbage ${bytes(cap.garbage)} · writable ${bytes(cap.writable)}` +
+        (cap.stranded ? ` · stranded ${bytes(cap.stranded)}` : "");
       const cells = row.querySelectorAll(".cell");
       d.zones.forEach((z, i) => {
         const label = zoneLabel(n.id, d, z);
@@ -450,7 +454,7 @@ document.addEventListener("DOMContentLoaded", async () => {
   $("#logout").addEventListener("click", logout);
   $("#tabs").addEventListener("keydown", tabKeys);
   for (const b of document.querySelectorAll("#tabs [role=tab]"))
-    b.addEventListener("click", () => selectView(b.dataset.view));
+    b.addEventListener("click", () => selectView(b.dataset.view, false));
   $("#list-form").addEventListener("submit", (ev) => {
     ev.preventDefault(); state.prefix = $("#prefix").value; listObjects(false);
   });

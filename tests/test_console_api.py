@@ -13,12 +13,15 @@ import json
 import time
 import tomllib
 import urllib.parse
+import urllib.request
 from typing import Any
 
 import pytest
 
 from erasure.config import write_config
 from tests.gwcluster import ACCESS_KEY, OTHER_ACCESS, OTHER_SECRET, SECRET_KEY, Gateway
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -224,6 +227,7 @@ def test_overview_shows_health_nodes_capacity_and_requests(gw, alice):
     assert len(doc["nodes"]) == 6 and all(n["up"] and len(n["drives"]) == 1 for n in doc["nodes"])
     cap = doc["capacity"]
     assert cap["live"] > 0 and cap["writable"] > 0 and cap["records"] > 0
+    assert cap["source"] == "zones" and cap["stranded"] is not None and cap["garbage"] >= 0
     assert doc["repair"]["parts_awaiting_repair"] == 0
     ops = doc["requests"]["operations"]
     assert ops["PutObject"]["total"] >= 4 and ops["CreateBucket"]["total"] >= 2
@@ -255,6 +259,26 @@ def test_zone_map_has_a_cell_per_zone_and_follows_uploads(gw, alice):
         if _written(doc) > before:
             break
     assert _written(doc) > before
+
+
+def test_the_fallback_map_from_a_real_nodes_stats_matches_its_zones(gw):
+    """A node without /v1/zones gets a map from /v1/stats: as many cells, same conventional
+    and full zones, as the node's own zone map."""
+    from gateway.console.data import _drive_from_stats
+
+    docs = {}
+    for path in ("/v1/stats", "/v1/zones"):
+        req = urllib.request.Request(gw.nodes.urls[0] + path,
+                                     headers=gw.nodes.headers(0, "GET", path, {}, b""))
+        with _NO_PROXY.open(req, timeout=10) as resp:
+            docs[path] = json.load(resp)
+    (stats_drive,) = docs["/v1/stats"]["drives"]
+    (zones_drive,) = docs["/v1/zones"]["drives"]
+    approx = _drive_from_stats(stats_drive)["zones"]
+    assert len(approx) == len(zones_drive["zones"])
+    for cond in ("conventional", "full"):
+        assert sum(z["cond"] == cond for z in approx) == \
+            sum(z["cond"] == cond for z in zones_drive["zones"])
 
 
 def test_bucket_browser_lists_the_users_buckets_and_objects(gw, alice):

@@ -7,6 +7,10 @@ Prometheus registry (every worker's, merged, when several run). Node answers are
 a second per worker, so any number of open consoles polling every 2 s cost the nodes one
 request each per second at most.
 
+Capacity (writable / stranded / garbage / live) is summed from the per-zone numbers where a
+node serves them, else from its `/v1/stats` (writable = free bytes, garbage = used - live,
+stranded unknown); `capacity.source` says which.
+
 A node that has no `/v1/zones` (404) gets a zone map built from `/v1/stats`
 `zones_by_condition`: one cell per zone in the right condition, but fill and garbage are the
 drive's averages (`"source": "stats"` says so, and the page shows it).
@@ -172,7 +176,12 @@ class ConsoleData:
         cluster = self.cluster
         await refresh_nodes(cluster)
         health = cluster_health(cluster)
-        stats = await self._stats.get(lambda: node_stats(cluster))
+        stats, zmap = await asyncio.gather(self._stats.get(lambda: node_stats(cluster)),
+                                           self.zone_map())
+        # per-zone numbers where the node has them (exact stranded and garbage bytes)
+        zoned = {n["id"]: {d.get("drive"): d["capacity"] for d in n["drives"]}
+                 for n in zmap["nodes"] if n["source"] == "zones"}
+        sources: set[str] = set()
         nodes = []
         totals: dict[str, int | None] = {}
         records = 0
@@ -185,6 +194,10 @@ class ConsoleData:
                                     "error": err, "drives": []}
             for d in (st or {}).get("drives", []):
                 cap = _drive_capacity(d)
+                from_zones = zoned.get(nid, {}).get(d.get("drive"))
+                if from_zones is not None:
+                    cap = {**from_zones, "used": cap["used"]}
+                sources.add("zones" if from_zones is not None else "stats")
                 _add(totals, cap)
                 records += d.get("records") or 0
                 wa_user += d.get("user_bytes_written") or 0
@@ -209,6 +222,7 @@ class ConsoleData:
             "capacity": {**{k: totals.get(k) for k in ("writable", "stranded", "garbage",
                                                         "live", "used")},
                          "records": records,
+                         "source": "/".join(sorted(sources)) or None,
                          "write_amplification": (wa_device / wa_user) if wa_user else None,
                          "zones_by_condition": dict(sorted(zones.items()))},
             "repair": {"parts_awaiting_repair": backlog},

@@ -62,7 +62,7 @@ class SessionSigner:
         return hmac.new(self._key, payload, hashlib.sha256).digest()
 
     def issue(self, access_key: str, secret_key: str) -> tuple[str, Session]:
-        s = Session(access_key, time.time() + self.lifetime, secrets.token_urlsafe(24),
+        s = Session(access_key, float(int(time.time() + self.lifetime)), secrets.token_urlsafe(24),
                     key_fingerprint(secret_key))
         payload = json.dumps({"ak": s.access_key, "exp": int(s.expires), "csrf": s.csrf,
                               "fp": s.fingerprint}, separators=(",", ":")).encode()

@@ -193,7 +193,8 @@ function renderOverview(doc) {
     kv([["Live", bytes(c.live)], ["Garbage", bytes(c.garbage)], ["Stranded", bytes(c.stranded)],
         ["Records", num(c.records)],
         ["Write amplification", c.write_amplification ? c.write_amplification.toFixed(3) : "–"],
-        ["Zones", zones || "–"]]));
+        ["Zones", zones || "–"],
+        ["From", c.source === "zones" ? "per-zone numbers" : (c.source ? `node stats (${c.source})` : "–")]]));
 
   const backlog = doc.repair.parts_awaiting_repair;
   $("#repair").replaceChildren(

@@ -227,7 +227,7 @@ def test_overview_shows_health_nodes_capacity_and_requests(gw, alice):
     assert len(doc["nodes"]) == 6 and all(n["up"] and len(n["drives"]) == 1 for n in doc["nodes"])
     cap = doc["capacity"]
     assert cap["live"] > 0 and cap["writable"] > 0 and cap["records"] > 0
-    assert cap["source"] == "zones" and cap["stranded"] is not None and cap["garbage"] >= 0
+    assert cap["source"] == "node" and cap["stranded"] is not None and cap["garbage"] >= 0
     assert doc["repair"]["parts_awaiting_repair"] == 0
     ops = doc["requests"]["operations"]
     assert ops["PutObject"]["total"] >= 4 and ops["CreateBucket"]["total"] >= 2

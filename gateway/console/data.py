@@ -7,9 +7,11 @@ Prometheus registry (every worker's, merged, when several run). Node answers are
 a second per worker, so any number of open consoles polling every 2 s cost the nodes one
 request each per second at most.
 
-Capacity (writable / stranded / garbage / live) is summed from the per-zone numbers where a
-node serves them, else from its `/v1/stats` (writable = free bytes, garbage = used - live,
-stranded unknown); `capacity.source` says which.
+Capacity (writable / stranded / garbage / live) is summed from what each node reports:
+its own space accounting in `/v1/stats` (`writable_bytes`, `stranded_bytes`,
+`garbage_bytes`: source "node"), else its per-zone numbers (source "zones"), else older
+stats (writable = free bytes, garbage = used - live, stranded unknown: source "stats");
+`capacity.source` says which.
 
 A node that has no `/v1/zones` (404) gets a zone map built from `/v1/stats`
 `zones_by_condition`: one cell per zone in the right condition, but fill and garbage are the
@@ -178,7 +180,7 @@ class ConsoleData:
         health = cluster_health(cluster)
         stats, zmap = await asyncio.gather(self._stats.get(lambda: node_stats(cluster)),
                                            self.zone_map())
-        # per-zone numbers where the node has them (exact stranded and garbage bytes)
+        # per-zone numbers, for nodes whose stats lack the space accounting
         zoned = {n["id"]: {d.get("drive"): d["capacity"] for d in n["drives"]}
                  for n in zmap["nodes"] if n["source"] == "zones"}
         sources: set[str] = set()
@@ -195,9 +197,13 @@ class ConsoleData:
             for d in (st or {}).get("drives", []):
                 cap = _drive_capacity(d)
                 from_zones = zoned.get(nid, {}).get(d.get("drive"))
-                if from_zones is not None:
+                if "stranded_bytes" in d:  # the node's own space accounting: the best source
+                    sources.add("node")
+                elif from_zones is not None:
                     cap = {**from_zones, "used": cap["used"]}
-                sources.add("zones" if from_zones is not None else "stats")
+                    sources.add("zones")
+                else:
+                    sources.add("stats")
                 _add(totals, cap)
                 records += d.get("records") or 0
                 wa_user += d.get("user_bytes_written") or 0

@@ -194,7 +194,8 @@ function renderOverview(doc) {
         ["Records", num(c.records)],
         ["Write amplification", c.write_amplification ? c.write_amplification.toFixed(3) : "–"],
         ["Zones", zones || "–"],
-        ["From", c.source === "zones" ? "per-zone numbers" : (c.source ? `node stats (${c.source})` : "–")]]));
+        ["From", { node: "the nodes' space accounting", zones: "per-zone numbers",
+                   stats: "node stats (approximate)" }[c.source] || c.source || "–"]]));
 
   const backlog = doc.repair.parts_awaiting_repair;
   $("#repair").replaceChildren(

@@ -359,6 +359,36 @@ def test_a_bucket_named_console_still_works_for_s3(gw):
     s3.delete_bucket(Bucket="console")
 
 
+def test_a_dead_node_shows_as_down_in_the_overview_and_the_zone_map(gw, alice):
+    victim = gw.nodes.ids[2]
+    gw.nodes.kill(2)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            _, doc = alice.get_json("overview")
+            if doc["health"]["nodes_down"] == [victim]:
+                break
+            time.sleep(0.5)
+        assert doc["health"]["nodes_down"] == [victim]
+        assert doc["health"]["write_quorum"]  # 5 of 6 up, 5 needed
+        node = next(n for n in doc["nodes"] if n["id"] == victim)
+        assert not node["up"] and node["error"] and node["drives"] == []
+        time.sleep(1.2)
+        _, zones = alice.get_json("zones")
+        node = next(n for n in zones["nodes"] if n["id"] == victim)
+        assert not node["up"] and node["error"] and node["drives"] == []
+        assert all(n["drives"] for n in zones["nodes"] if n["id"] != victim)
+    finally:
+        gw.nodes.restart(2)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        _, doc = alice.get_json("overview")
+        if not doc["health"]["nodes_down"]:
+            break
+        time.sleep(0.5)
+    assert doc["health"]["nodes_down"] == []
+
+
 def test_console_false_turns_it_off(gw):
     """Last in the module: restarts the gateway without the console, then with it again."""
     raw = tomllib.loads(gw.config_path.read_text())

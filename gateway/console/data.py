@@ -208,15 +208,17 @@ class ConsoleData:
                 records += d.get("records") or 0
                 wa_user += d.get("user_bytes_written") or 0
                 wa_device += d.get("device_bytes_written") or 0
+                drive_zones: dict[str, int] = {}
                 for cond, n in (d.get("zones_by_condition") or {}).items():
                     c = STATS_CONDITIONS.get(str(cond).lower(), str(cond).lower())
                     zones[c] = zones.get(c, 0) + int(n)
+                    drive_zones[c] = drive_zones.get(c, 0) + int(n)
                 node["drives"].append({
                     "drive": d.get("drive"), "path": d.get("path"), "capacity": cap,
                     "records": d.get("records"), "open_zones": d.get("open_zones"),
                     "max_open_zones": d.get("max_open_zones"),
                     "write_amplification": d.get("write_amplification"),
-                    "zones_by_condition": d.get("zones_by_condition") or {},
+                    "zones_by_condition": dict(sorted(drive_zones.items())),
                     "crc_failures": d.get("crc_failures"), "read_errors": d.get("read_errors"),
                 })
             nodes.append(node)

@@ -164,6 +164,24 @@ def test_console_in_chromium(dev, browser, tmp_path):
     status = b.eval("fetch('/console/api/overview').then(r => r.status)", await_promise=True)
     assert status == 401
 
+    # the cell format, on a map drawn from a made-up answer (polling stopped with the logout)
+    b.eval("document.querySelector('#view-zones').hidden = false")
+    b.eval("renderZones({nodes: [{id: 'nodeX', up: true, source: 'zones', error: null, drives: [{"
+           "drive: 0, capacity: {}, zones: ["
+           "{index: 0, cond: 'full', capacity: 100, written: 100, live: 25, garbage: 75, reclaiming: true},"
+           "{index: 1, cond: 'open', capacity: 100, written: 40, live: 40, garbage: 0, reclaiming: false},"
+           "{index: 2, cond: 'offline', capacity: 100, written: 0, live: 0, garbage: 0, reclaiming: false}"
+           "]}]}]})")
+    cells = b.eval("[...document.querySelectorAll('#zd-nodeX-0 .cell')].map(c => ({cls: c.className, "
+                   "label: c.getAttribute('aria-label'), fill: c.firstChild.style.height, "
+                   "garbage: c.firstChild.firstChild.style.height}))")
+    assert cells[0] == {"cls": "cell full reclaiming", "fill": "100%", "garbage": "75%",
+                        "label": "nodeX drive 0 zone 0: full, 100% written, 25 B live, 75 B "
+                                 "garbage, being reclaimed"}
+    assert cells[1]["cls"] == "cell open" and cells[1]["fill"] == "40%"
+    assert cells[1]["garbage"] == "0%"
+    assert cells[2]["cls"] == "cell offline" and "offline" in cells[2]["label"]
+
     assert b.exceptions() == []
     # the screenshots stay in tmp_path; CI may ask for a copy where it collects artefacts
     keep = os.environ.get("ZONEGATE_TEST_ARTEFACTS")

@@ -306,6 +306,17 @@ class NodeClient:
                 raise await self._error(resp)
             return await resp.json(content_type=None)
 
+    async def zones(self) -> dict:
+        """Per-zone state of every drive (`GET /v1/zones`: condition, capacity, written, live,
+        garbage, reclaiming). A node without that endpoint raises NodeError with status 404."""
+        path = "/v1/zones"
+        async with await self._send("zones", "GET", path,
+                                    headers=self._headers("GET", path, {}, b""),
+                                    timeout=self._timeout()) as resp:
+            if resp.status != 200:
+                raise await self._error(resp)
+            return await resp.json(content_type=None)
+
 
 def _head_of(record_id: str, resp: aiohttp.ClientResponse) -> RecordHead:
     crc = resp.headers.get("X-ZG-Crc32c")

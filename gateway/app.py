@@ -348,4 +348,7 @@ def create_app(config_path_or_config: Any) -> Starlette:
     app.state.gateway = gw
     from gateway.health import install as install_operations
     install_operations(app)  # /health/*, /metrics, request and node-call metrics
+    from gateway import console
+    if console.enabled(getattr(config, "gateway", None)):
+        console.install(app)  # /console (unsigned requests only), see gateway/console
     return app

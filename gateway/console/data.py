@@ -257,6 +257,9 @@ class ConsoleData:
                 doc = await asyncio.wait_for(client.zones(), NODE_TIMEOUT)
             except Exception as e:
                 if getattr(e, "status", None) != 404:  # 404: an older node, use its stats
+                    # a node that does not answer is down for the map, even before this
+                    # worker's health loop has noticed
+                    out["up"] = False
                     out["error"] = "timed out" if isinstance(e, TimeoutError) else \
                         f"{type(e).__name__}: {e}"
                     return out
@@ -267,7 +270,7 @@ class ConsoleData:
                 return out
         st, err = await _ask(client.stats())
         if st is None:
-            out["error"] = err
+            out["up"], out["error"] = False, err
             return out
         out["source"] = "stats"
         out["drives"] = [_drive_from_stats(d) for d in st.get("drives", [])]

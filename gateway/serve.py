@@ -46,6 +46,19 @@ def _listen(config_path: str, override: str | None) -> tuple[str, int]:
         raise ValueError(f"gateway listen address {listen!r} is not host:port") from None
 
 
+def _tls_from_config(args: argparse.Namespace, config_path: str) -> None:
+    """`[gateway] tls_cert / tls_key` (relative to the config file) unless given as flags;
+    SIGHUP reloads them (gateway/tls.py)."""
+    if args.tls_cert or args.tls_key:
+        return
+    from erasure.config import ClusterConfig
+    gw = ClusterConfig.load(config_path).gateway
+    base = os.path.dirname(config_path)
+    for key in ("tls_cert", "tls_key"):
+        if gw.get(key):
+            setattr(args, key, os.path.join(base, str(gw[key])))
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the S3 gateway")
     p.add_argument("--config", required=True, help="cluster config (TOML)")
@@ -58,6 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds requests in flight at SIGTERM get to finish "
                         f"(default {SHUTDOWN_TIMEOUT_S:g})")
     p.add_argument("--log-level", default="warning")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="log lines as text (default) or JSON objects")
     p.set_defaults(func=cmd_serve)
 
 
@@ -66,28 +81,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if missing and not os.environ.get("ZONEGATE_NO_REEXEC"):
         env = {**os.environ, **missing, "ZONEGATE_NO_REEXEC": "1"}
         os.execve(sys.executable, [sys.executable, "-m", "gateway.cli", *sys.argv[1:]], env)
+    config_path = os.path.abspath(args.config)
+    _tls_from_config(args, config_path)
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ValueError("--tls-cert and --tls-key go together")
     if args.shutdown_timeout < 0:
         raise ValueError("--shutdown-timeout must not be negative")
-    config_path = os.path.abspath(args.config)
     host, port = _listen(config_path, args.listen)
     # Validate the config and the metadata store here, so a bad file fails in one line.
     from gateway.metrics import prepare_multiprocess
     prepare_multiprocess()  # before the workers start: /metrics then merges all of them
     from gateway.app import Gateway  # noqa: F401 - import errors surface before forking
     os.environ[CONFIG_ENV] = config_path
-    import uvicorn
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    from gateway.tls import run_uvicorn
+    from zonestore.logsetup import configure, dict_config
+    log_config = dict_config(args.log_level, args.log_format, "gateway")
+    configure(args.log_level, args.log_format, "gateway")
     from erasure.config import ClusterConfig
     for line in ClusterConfig.load(config_path).placeholder_warnings():
         logging.getLogger("zonegate.serve").warning("%s", line)
-    uvicorn.run("gateway.serve:app_factory", factory=True, host=host, port=port,
+    run_uvicorn("gateway.serve:app_factory", factory=True, host=host, port=port,
                 workers=max(1, args.workers), loop="uvloop",
                 http="gateway.httpproto:GatewayHttpProtocol",
                 timeout_graceful_shutdown=args.shutdown_timeout,
                 lifespan="on", access_log=False, log_level=args.log_level,
+                log_config=log_config,
                 ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,
                 timeout_keep_alive=75, server_header=False, date_header=True)
     return 0

@@ -447,8 +447,9 @@ class Launcher:
             self.children.append(Child(node["id"], exe + [
                 "node", "--config", str(self.config_path), "--id", node["id"],
                 "--log-format", a.log_format], logs / f"{node['id']}.log"))
+        # info: each worker's start and stop (uvicorn writes no line per request here)
         serve = exe + ["serve", "--config", str(self.config_path), "--workers", str(a.workers),
-                       "--log-format", a.log_format]
+                       "--log-level", "info", "--log-format", a.log_format]
         self.cert = self.ca = None
         if a.tls:
             from gateway.tls import ensure_dev_ca

@@ -131,19 +131,18 @@ def _wa(v: float | None) -> str:
     return "-" if not v else f"{v:.2f}"
 
 
-# zone conditions, shortest first letter that tells them apart; conventional zones left out
-_ZONE_ABBR = {"empty": "e", "implicit_open": "o", "explicit_open": "o", "closed": "c",
-              "full": "f", "read_only": "r", "offline": "x"}
-ZONE_LEGEND = "e empty, o open, c closed, f full, r read-only, x offline"
+# zone conditions as the table counts them (conventional zones left out)
+_ZONE_KIND = {"empty": "empty", "implicit_open": "open", "explicit_open": "open",
+              "closed": "closed", "full": "full", "read_only": "read-only", "offline": "offline"}
 
 
-def _zones(z: dict[str, Any]) -> str:
+def _zone_counts(z: dict[str, Any]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for cond, n in z.items():
-        a = _ZONE_ABBR.get(str(cond).lower())
-        if a:
-            counts[a] = counts.get(a, 0) + int(n)
-    return " ".join(f"{a}{counts[a]}" for a in "eocfrx" if counts.get(a)) or "-"
+        kind = _ZONE_KIND.get(str(cond).lower())
+        if kind:
+            counts[kind] = counts.get(kind, 0) + int(n)
+    return counts
 
 
 def _capacity_fields(t: dict[str, Any]) -> bool:
@@ -152,6 +151,7 @@ def _capacity_fields(t: dict[str, Any]) -> bool:
 
 
 def render(doc: dict[str, Any], console: Any) -> None:
+    """Everything in 80 columns: summary lines, then one table row per node."""
     from rich import box
     from rich.table import Table
 
@@ -173,11 +173,13 @@ def render(doc: dict[str, Any], console: Any) -> None:
     pct = f" ({100 * used / (used + free):.1f}%)" if used + free else ""
     console.print(f"capacity: {_size(used)} used{pct}, {_size(free)} free, {t['drives']} drives,"
                   f" WA {_wa(t['write_amplification'])}")
-    if _capacity_fields(t):
+    zoned = _capacity_fields(t)
+    if zoned:
         console.print(f"zones hold: {_size(t.get('writable_bytes'))} writable, "
                       f"{_size(t.get('live_bytes'))} live, {_size(t.get('garbage_bytes'))} "
                       f"garbage, {_size(t.get('stranded_bytes'))} stranded")
-    console.print(f"zones: {_zones(t['zones_by_condition'])}  ({ZONE_LEGEND})")
+    zc = _zone_counts(t["zones_by_condition"])
+    console.print("zones: " + (", ".join(f"{n} {k}" for k, n in zc.items() if n) or "-"))
     backlog = doc["parts_awaiting_repair"]
     if backlog is None:
         console.print(f"repair backlog: unknown here (no {doc['repair_queue']})")
@@ -185,27 +187,30 @@ def render(doc: dict[str, Any], console: Any) -> None:
         style = "green" if backlog == 0 else "yellow"
         console.print(f"repair backlog: [{style}]{backlog}[/] parts")
 
-    zoned = _capacity_fields(t)
-    cols = ["node", "state", "used", "free"] + (
-        ["writable", "live", "garbage", "strand"] if zoned else ["written"]) + ["WA", "zones"]
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
+    sizes = (["writable", "live", "garbage", "strand"] if zoned else ["free", "written"])
+    zone_cols = ["open", "full"] if zoned else ["open", "full", "empty"]
+    cols = ["node", "state", "used", *sizes, "WA", *zone_cols]
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False,
+                  collapse_padding=True)
     for col in cols:
-        table.add_column(col, justify="left" if col in ("node", "state", "zones") else "right",
-                         no_wrap=col != "zones")
+        table.add_column(col, justify="left" if col in ("node", "state") else "right",
+                         no_wrap=True)
+    errors = []
     for n in doc["nodes"]:
         if not n["up"]:
-            err = (n["error"] or "")[:40]
-            table.add_row(n["id"], "[red]down[/]", *["-"] * (len(cols) - 3), f"[red]{err}[/]")
+            table.add_row(n["id"], "[red]down[/]", *["-"] * (len(cols) - 2))
+            errors.append(f"{n['id']}: {n['error'] or 'down'}")
             continue
         nt = n["totals"]
-        sizes = ([nt.get(k) for k in ("writable_bytes", "live_bytes", "garbage_bytes",
-                                        "stranded_bytes")] if zoned
-                 else [nt.get("user_bytes_written")])
+        keys = (["writable_bytes", "live_bytes", "garbage_bytes", "stranded_bytes"] if zoned
+                else ["free_bytes", "user_bytes_written"])
+        z = _zone_counts(nt.get("zones_by_condition") or {})
         table.add_row(n["id"], "[green]up[/]", _size(nt.get("used_bytes")),
-                      _size(nt.get("free_bytes")), *(_size(v) for v in sizes),
-                      _wa(nt.get("write_amplification")),
-                      _zones(nt.get("zones_by_condition") or {}))
+                      *(_size(nt.get(k)) for k in keys), _wa(nt.get("write_amplification")),
+                      *(str(z.get(c, 0)) for c in zone_cols))
     console.print(table)
+    for line in errors:
+        console.print(f"[red]{line}[/]", overflow="fold")
 
 
 async def _gateway_health(config: ClusterConfig, seconds: float) -> dict[str, Any] | None:

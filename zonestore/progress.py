@@ -90,8 +90,8 @@ class PlainProgress:
         t.printed, t.printed_at = state, now
         done = _fmt(t.completed, self.unit)
         if t.total:
-            pct = 100.0 * t.completed / t.total
-            text = f"{t.description}: {done}/{_fmt(t.total, self.unit)} ({pct:.0f}%)"
+            pct = int(100 * t.completed / t.total)  # floor: 100% only when done
+            text = f"{t.description}: {done}/{_fmt(t.total, self.unit)} ({pct}%)"
         else:
             text = f"{t.description}: {done}" if t.completed else f"{t.description} ..."
         print(text, file=self.stream, flush=True)

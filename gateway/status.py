@@ -56,7 +56,11 @@ async def _node_status(client: Any) -> dict[str, Any]:
                                              "write_amplification",
                                              "zones_by_condition", "open_zones",
                                              "max_open_zones")} for d in stats.get("drives", [])]
-    out["totals"] = stats.get("totals", {})
+    out["totals"] = dict(stats.get("totals") or {})
+    for k in CAPACITY:  # summed here when a node reports them per drive only
+        vals = [d.get(k) for d in out["drives"]]
+        if out["totals"].get(k) is None and vals and None not in vals:
+            out["totals"][k] = sum(vals)
     return out
 
 

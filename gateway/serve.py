@@ -81,12 +81,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if missing and not os.environ.get("ZONEGATE_NO_REEXEC"):
         env = {**os.environ, **missing, "ZONEGATE_NO_REEXEC": "1"}
         os.execve(sys.executable, [sys.executable, "-m", "gateway.cli", *sys.argv[1:]], env)
-    config_path = os.path.abspath(args.config)
-    _tls_from_config(args, config_path)
+    _tls_from_config(args, os.path.abspath(args.config))
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ValueError("--tls-cert and --tls-key go together")
     if args.shutdown_timeout < 0:
         raise ValueError("--shutdown-timeout must not be negative")
+    config_path = os.path.abspath(args.config)
     host, port = _listen(config_path, args.listen)
     # Validate the config and the metadata store here, so a bad file fails in one line.
     from gateway.metrics import prepare_multiprocess

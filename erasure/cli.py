@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from erasure.config import ClusterConfig
+from zonestore.progress import progress as make_progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="where the zone-log indexes of block-device drives live")
     node.add_argument("--port-file", default=None, help="write the bound port here when listening")
     node.add_argument("--log-level", default="INFO")
+    node.add_argument("--log-format", choices=("text", "json"), default="text",
+                      help="log lines as text (default) or JSON objects")
     node.set_defaults(func=cmd_node)
 
     rep = sub.add_parser("repair", help="find and rebuild missing or corrupt fragments")
@@ -50,8 +51,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     spec = cfg.node(args.id)
     if not spec.drives:
         raise ValueError(f"{cfg.source}: node {spec.id} has no drives")
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format=f"%(asctime)s {spec.id} %(levelname)s %(name)s: %(message)s")
+    from zonestore.logsetup import configure
+    configure(args.log_level, args.log_format, spec.id)
     for line in cfg.placeholder_warnings(users=False):  # a node only uses `secret`
         logging.getLogger("zonegate.node").warning("%s", line)
     try:
@@ -80,8 +81,7 @@ async def _repair(cfg: ClusterConfig, args: argparse.Namespace) -> int:
         if down:
             console.print(f"nodes unreachable: {', '.join(down)}")
         console.print("scanning nodes" + (" and reading every fragment" if args.deep else ""))
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=False) as progress:
+        with make_progress(console=console) as progress:
             task = progress.add_task("repairing", total=None)
 
             def found(n: int) -> None:

@@ -31,6 +31,7 @@ from gateway.metadata import MetadataStore, open_store, store_path
 from gateway.ops import buckets, copy, listing, multipart, objects, service
 from gateway.ops.common import S3Request, new_request_id
 from gateway.storage import Storage
+from zonestore.logsetup import REQUEST_ID
 
 log = logging.getLogger("zonegate.gateway")
 
@@ -308,6 +309,7 @@ def create_app(config_path_or_config: Any) -> Starlette:
 
     async def endpoint(request: Request) -> Response:
         rid = new_request_id()
+        REQUEST_ID.set(rid)  # every log line while serving this request names it
         resource = "/"
         try:
             target = request_target(gw, request)

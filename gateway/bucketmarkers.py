@@ -155,15 +155,20 @@ class EnsureReport:
     failed: list[str] = field(default_factory=list)
 
 
-async def ensure_markers(store: Any, cluster: Any, found: FoundMarkers | None = None
-                         ) -> EnsureReport:
+async def ensure_markers(store: Any, cluster: Any, found: FoundMarkers | None = None,
+                         *, progress: Any = None) -> EnsureReport:
     """Write the marker of every bucket in the store that has no whole marker on the nodes
     (buckets made before markers existed, or whose marker write was cut by a crash). Markers
-    without a bucket are left alone (see the module docstring)."""
+    without a bucket are left alone (see the module docstring). `progress`: a
+    zonestore.progress object (or rich Progress) to report on."""
     if found is None:
         found = find_markers(await cluster.scan(PREFIX))
     report = EnsureReport()
-    for rec in store.list_buckets():
+    buckets = store.list_buckets()
+    task = progress.add_task("checking bucket markers", total=len(buckets)) if progress else None
+    for rec in buckets:
+        if progress:
+            progress.advance(task)
         if marker_uid(rec.name, rec.created) in found.whole:
             report.present += 1
             continue
@@ -190,16 +195,18 @@ def cmd_bucket_markers(args: argparse.Namespace) -> int:
     config = ClusterConfig.load(args.config)
     store = open_store(store_path(config.gateway))
 
-    async def run() -> EnsureReport:
+    async def run(prog: Any) -> EnsureReport:
         cluster = ErasureCluster(config, health_interval=0, auto_repair=False)
         await cluster.start()
         try:
-            return await ensure_markers(store, cluster)
+            return await ensure_markers(store, cluster, progress=prog)
         finally:
             await cluster.close()
 
+    from zonestore.progress import progress
     try:
-        report = asyncio.run(run())
+        with progress() as prog:
+            report = asyncio.run(run(prog))
     finally:
         store.close()
     print(f"wrote {len(report.written)} bucket markers; {report.present} buckets already had "

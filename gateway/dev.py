@@ -23,6 +23,7 @@ import ctypes
 import fcntl
 import http.client
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -31,6 +32,7 @@ import ssl
 import string
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -78,7 +80,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="node daemons, on first start (default 12)")
     p.add_argument("--workers", type=int, default=2, help="gateway worker processes (default 2)")
     p.add_argument("--tls", action="store_true",
-                   help="serve HTTPS with a self-signed certificate made under --data")
+                   help="serve HTTPS with a certificate signed by a small CA made under --data "
+                        "(trust DIR/tls/ca.pem)")
+    p.add_argument("--prometheus", action="store_true",
+                   help="also run Prometheus (the `prometheus` binary, when installed) scraping "
+                        "every process, configured under DIR/prometheus")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="children's log lines as text (default) or JSON objects")
     g = Geometry()
     p.add_argument("--zones", type=int, default=g.nr_zones,
                    help=f"zones per emulated drive, on first start (default {g.nr_zones})")
@@ -110,12 +118,72 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
-def _free_port(host: str, avoid: set[int]) -> int:
+class PortClaims:
+    """Ports this launcher has chosen, claimed against other `zonegate dev` launchers on the
+    machine: a probe alone cannot see a port another cluster has chosen but whose node has not
+    bound it yet (two clusters on nearby --ports start at the same time). A claim is an flock
+    on DIR/PORT.lock (held until this process exits) naming the cluster and the role."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.gettempdir()) / f"zonegate-dev-ports-{os.getuid()}"
+        self.held: dict[int, int] = {}
+        self.owner = "?"
+
+    def claim(self, port: int, role: str = "") -> bool:
+        if port in self.held:
+            return True
+        try:
+            self.dir.mkdir(mode=0o700, exist_ok=True)
+            fd = os.open(self.dir / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            return True  # no shared directory: the bind probe alone decides
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{role} of the `zonegate dev` cluster in {self.owner}\n".encode())
+        self.held[port] = fd
+        return True
+
+    def holder(self, port: int) -> str | None:
+        """Who claims `port`, when another launcher does."""
+        if port in self.held:
+            return None
+        try:
+            fd = os.open(self.dir / f"{port}.lock", os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None  # nobody holds it
+        except BlockingIOError:
+            return os.pread(fd, 300, 0).decode(errors="replace").strip() or "another launcher"
+        finally:
+            os.close(fd)
+
+
+PORTS = PortClaims()
+
+
+def _available(host: str, port: int, role: str = "") -> bool:
+    return 0 < port <= 65535 and _port_free(host, port) and PORTS.claim(port, role)
+
+
+def _free_port(host: str, avoid: set[int], role: str = "") -> int:
+    """A free port below the kernel's ephemeral range (32768+), where the machine's outgoing
+    connections would take it back before the node binds it; the kernel's choice if none."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10_000, 32_000)
+        if port not in avoid and _available(host, port, role):
+            return port
     while True:
         with socket.socket() as s:
             s.bind((host, 0))
             port = s.getsockname()[1]
-        if port not in avoid:
+        if port not in avoid and PORTS.claim(port, role):
             return port
 
 
@@ -138,8 +206,8 @@ def new_config(data: Path, nodes: int, host: str, port: int) -> dict[str, Any]:
     for i in range(1, nodes + 1):
         nid = f"node{i:02d}"
         nport = port + 100 + i
-        if nport > 65535 or nport in used or not _port_free(host, nport):
-            nport = _free_port(host, used)
+        if nport in used or not _available(host, nport, nid):
+            nport = _free_port(host, used, nid)
         used.add(nport)
         node_list.append({
             "id": nid,
@@ -171,8 +239,8 @@ def refresh_config(cfg: dict[str, Any], host: str, port: int) -> list[str]:
     used = {port}
     for node in cfg.get("nodes", []):
         nhost, nport = _split_url(node["url"])
-        if nport in used or not _port_free(nhost, nport):
-            new = _free_port(nhost, used)
+        if nport in used or not _available(nhost, nport, node["id"]):
+            new = _free_port(nhost, used, node["id"])
             notes.append(f"{node['id']}: port {nport} is taken, using {new}")
             node["url"] = f"http://{nhost}:{new}"
             nport = new
@@ -335,6 +403,8 @@ class Launcher:
         self.gateway: Child | None = None
         self.cfg: dict[str, Any] = {}
         self.keep_fds: tuple[int, ...] = ()
+        self.prometheus: Child | None = None
+        self.prometheus_url: str | None = None
 
     def say(self, msg: str) -> None:
         print(f"zonegate dev: {msg}", flush=True)
@@ -367,6 +437,10 @@ class Launcher:
         a = self.args
         self.data.mkdir(parents=True, exist_ok=True)
         self._lock_data()
+        PORTS.owner = str(self.data)
+        if not PORTS.claim(a.port, "the gateway"):
+            raise OSError(f"port {a.port} is taken by {PORTS.holder(a.port) or 'another cluster'}"
+                          " (choose another with --port)")
         if self.config_path.exists():
             with open(self.config_path, "rb") as f:
                 self.cfg = tomllib.load(f)
@@ -403,13 +477,15 @@ class Launcher:
         logs = self.data / "logs"
         for node in self.cfg["nodes"]:
             self.children.append(Child(node["id"], exe + [
-                "node", "--config", str(self.config_path), "--id", node["id"]],
-                logs / f"{node['id']}.log"))
-        serve = exe + ["serve", "--config", str(self.config_path), "--workers", str(a.workers)]
-        self.cert = None
+                "node", "--config", str(self.config_path), "--id", node["id"],
+                "--log-format", a.log_format], logs / f"{node['id']}.log"))
+        # info: each worker's start and stop (uvicorn writes no line per request here)
+        serve = exe + ["serve", "--config", str(self.config_path), "--workers", str(a.workers),
+                       "--log-level", "info", "--log-format", a.log_format]
+        self.cert = self.ca = None
         if a.tls:
-            from gateway.tls import ensure_self_signed
-            self.cert, key = ensure_self_signed(self.data / "tls")
+            from gateway.tls import ensure_dev_ca
+            self.ca, self.cert, key = ensure_dev_ca(self.data / "tls", (a.host,))
             serve += ["--tls-cert", str(self.cert), "--tls-key", str(key)]
         self.gateway = Child("gateway", serve, logs / "gateway.log")
 
@@ -450,6 +526,13 @@ class Launcher:
         return _http_status(node["url"], "/health/ready", headers) == 200
 
     def _wait(self, what: str, children: list[Child], ready: Any) -> bool:
+        from zonestore.progress import progress
+        with progress(transient=True, stream=sys.stdout) as bar:
+            task = bar.add_task(f"waiting for {what}", total=len(children))
+            return self._wait_for(what, children, ready,
+                                  lambda n: bar.update(task, completed=n))
+
+    def _wait_for(self, what: str, children: list[Child], ready: Any, done: Any) -> bool:
         deadline = time.monotonic() + self.args.start_timeout
         pending = list(children)
         while pending:
@@ -464,6 +547,7 @@ class Launcher:
                     return False
                 if ready(c):
                     pending.remove(c)
+                    done(len(children) - len(pending))
             if pending and time.monotonic() > deadline:
                 names = ", ".join(c.name for c in pending)
                 self.say(f"timed out waiting for {what}: {names} (logs in {self.data / 'logs'})")
@@ -485,7 +569,7 @@ class Launcher:
         if _port_free(host, port):
             return False
         used = {_split_url(n["url"])[1] for n in self.cfg["nodes"]} | {self.args.port}
-        new = _free_port(host, used)
+        new = _free_port(host, used, c.name)
         self.say(f"{c.name}: port {port} was taken by another process, moving it to {new}")
         node["url"] = f"http://{host}:{new}"
         write_config(self.config_path, self.cfg)
@@ -503,7 +587,31 @@ class Launcher:
             return False
         assert self.gateway is not None
         self.gateway.spawn(self.env, self.keep_fds)
-        return self._wait("the gateway", [self.gateway], lambda c: self._gateway_ready())
+        if not self._wait("the gateway", [self.gateway], lambda c: self._gateway_ready()):
+            return False
+        if self.args.prometheus:
+            self._start_prometheus()
+        return True
+
+    def _start_prometheus(self) -> None:
+        from gateway import promdev
+        exe = promdev.binary()
+        if exe is None:
+            self.say("--prometheus: no `prometheus` binary on PATH (Debian: apt-get install "
+                     "prometheus); going on without it")
+            return
+        host = self.args.host
+        port = _free_port(host, {_split_url(n["url"])[1] for n in self.cfg["nodes"]},
+                          "prometheus")
+        doc = promdev.scrape_config(self.cfg, self.endpoint, ca_file=self.ca)
+        listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        argv = promdev.prepare(self.data / "prometheus", doc, listen, exe)
+        self.prometheus = Child("prometheus", argv, self.data / "logs" / "prometheus.log")
+        self.prometheus.spawn(self.env, self.keep_fds)
+        url = f"http://{listen}"
+        if self._wait("prometheus", [self.prometheus],
+                      lambda c: _http_status(url, "/-/ready", {}) == 200):
+            self.prometheus_url = url
 
     def _gateway_ready(self) -> bool:
         # 200 once the metadata store answers and a write quorum of nodes is reachable; 503
@@ -515,7 +623,7 @@ class Launcher:
         root = next(u for u in self.cfg["users"] if u.get("name") == ROOT_USER)
         ak, sk = root["access_key"], root["secret_key"]
         region = self.cfg.get("gateway", {}).get("region", "us-east-1")
-        verify = f" --ca-bundle {self.cert}" if self.cert else ""
+        verify = f" --ca-bundle {self.ca}" if self.ca else ""
         aws = "aws"
         venv_aws = Path(sys.executable).with_name("aws")
         if not shutil.which("aws") and venv_aws.exists():
@@ -529,8 +637,10 @@ class Launcher:
             f"  data:        {self.data}   (config {self.config_path})",
             f"  logs:        {self.data / 'logs'}",
         ]
-        if self.cert:
-            lines.append(f"  certificate: {self.cert}   (self-signed; trust it by path)")
+        if self.ca:
+            lines.append(f"  trust CA:    {self.ca}   (e.g. AWS_CA_BUNDLE / SSL_CERT_FILE)")
+        if self.prometheus_url:
+            lines.append(f"  prometheus:  {self.prometheus_url}")
         lines += [
             "  try:",
             f"    AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION={region} \\",
@@ -581,6 +691,8 @@ class Launcher:
                 c.proc.wait()
 
     def stop(self) -> None:
+        if self.prometheus is not None:
+            self._stop([self.prometheus])
         # The gateway first so that no request is cut off by a node going away under it.
         if self.gateway is not None:
             self._stop([self.gateway])

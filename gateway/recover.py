@@ -180,9 +180,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
     from erasure.config import ClusterConfig
+    from zonestore.progress import progress
     config = ClusterConfig.load(args.config)
     meta_path = Path(store_path(config.gateway))
     if meta_path.exists() and not args.force:
@@ -194,7 +193,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
         if nonempty:
             raise ValueError(f"metadata store {meta_path} is not empty; move it away first, "
                              "or pass --force to merge into it")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()) as prog:
+    with progress() as prog:
         report = asyncio.run(recover(config, progress=prog))
     print(f"recovered {report.objects} objects ({report.multipart} multipart) in "
           f"{report.buckets} new buckets ({report.empty_buckets} empty) into {meta_path}; "

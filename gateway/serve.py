@@ -126,6 +126,19 @@ def _listen(config_path: str, override: str | None) -> tuple[str, int]:
         raise ValueError(f"gateway listen address {listen!r} is not host:port") from None
 
 
+def _tls_from_config(args: argparse.Namespace, config_path: str) -> None:
+    """`[gateway] tls_cert / tls_key` (relative to the config file) unless given as flags;
+    SIGHUP reloads them (gateway/tls.py)."""
+    if args.tls_cert or args.tls_key:
+        return
+    from erasure.config import ClusterConfig
+    gw = ClusterConfig.load(config_path).gateway
+    base = os.path.dirname(config_path)
+    for key in ("tls_cert", "tls_key"):
+        if gw.get(key):
+            setattr(args, key, os.path.join(base, str(gw[key])))
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the S3 gateway")
     p.add_argument("--config", required=True, help="cluster config (TOML)")
@@ -138,6 +151,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds requests in flight at SIGTERM get to finish "
                         f"(default {SHUTDOWN_TIMEOUT_S:g})")
     p.add_argument("--log-level", default="warning")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="log lines as text (default) or JSON objects")
     p.set_defaults(func=cmd_serve)
 
 
@@ -146,6 +161,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if missing and not os.environ.get("ZONEGATE_NO_REEXEC"):
         env = {**os.environ, **missing, "ZONEGATE_NO_REEXEC": "1"}
         os.execve(sys.executable, [sys.executable, "-m", "gateway.cli", *sys.argv[1:]], env)
+    _tls_from_config(args, os.path.abspath(args.config))
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ValueError("--tls-cert and --tls-key go together")
     if args.shutdown_timeout < 0:
@@ -161,31 +177,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     prepare_multiprocess(_metrics_dir())  # before the workers start: /metrics merges them
     from gateway.app import Gateway  # noqa: F401 - import errors surface before forking
     os.environ[CONFIG_ENV] = config_path
-    import uvicorn
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    from gateway.tls import run_uvicorn
+    from zonestore.logsetup import configure, dict_config
+    log_config = dict_config(args.log_level, args.log_format, "gateway")
+    configure(args.log_level, args.log_format, "gateway")
     for line in cfg.placeholder_warnings():
         logging.getLogger("zonegate.serve").warning("%s", line)
     os.environ[MASTER_ENV] = str(os.getpid())
-    config = uvicorn.Config("gateway.serve:app_factory", factory=True, host=host, port=port,
-                            workers=max(1, args.workers), loop="uvloop",
-                            http="gateway.httpproto:GatewayHttpProtocol",
-                            timeout_graceful_shutdown=args.shutdown_timeout,
-                            lifespan="on", access_log=False, log_level=args.log_level,
-                            ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,
-                            timeout_keep_alive=75, server_header=False, date_header=True)
-    config.zonegate_limits = limits  # type: ignore[attr-defined]  # read by the protocol
-    return _run(config)
-
-
-def _run(config: Any) -> int:
-    """uvicorn.run() for a Config built here (uvicorn.run builds its own)."""
-    import uvicorn
-    from uvicorn.supervisors import Multiprocess
-    server = uvicorn.Server(config=config)
-    if config.workers > 1:
-        sock = config.bind_socket()
-        Multiprocess(config, sockets=[sock]).run()
-        return 0
-    server.run()
-    return 0 if server.started else STARTUP_FAILURE
+    # the limits ride on the Config, where each worker's protocol reads them
+    return run_uvicorn("gateway.serve:app_factory", attrs={"zonegate_limits": limits},
+                       factory=True, host=host, port=port,
+                       workers=max(1, args.workers), loop="uvloop",
+                       http="gateway.httpproto:GatewayHttpProtocol",
+                       timeout_graceful_shutdown=args.shutdown_timeout,
+                       lifespan="on", access_log=False, log_level=args.log_level,
+                       log_config=log_config,
+                       ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,
+                       timeout_keep_alive=75, server_header=False, date_header=True)

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from erasure.config import ClusterConfig
 EXIT_OK, EXIT_DEGRADED, EXIT_NO_QUORUM = 0, 2, 3
 SUMMED = ("free_bytes", "used_bytes", "live_bytes", "records", "user_bytes_written",
           "device_bytes_written", "gc_bytes_copied", "crc_failures", "read_errors")
+# zone-aware capacity; summed only when the nodes report them (newer nodes)
+CAPACITY = ("writable_bytes", "stranded_bytes", "garbage_bytes")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document (for scripts)")
     p.add_argument("--timeout", type=float, default=5.0,
                    help="seconds to wait for each node (default 5)")
+    p.add_argument("--watch", type=float, nargs="?", const=2.0, default=None,
+                   metavar="SECONDS", help="show it again every SECONDS (default 2)")
     p.set_defaults(func=cmd_status)
 
 
@@ -47,10 +52,15 @@ async def _node_status(client: Any) -> dict[str, Any]:
         out["error"] = f"stats: {type(e).__name__}: {e}"
         return out
     out["up"] = True
-    out["drives"] = [{k: d.get(k) for k in ("drive", "path", *SUMMED, "write_amplification",
+    out["drives"] = [{k: d.get(k) for k in ("drive", "path", *SUMMED, *CAPACITY,
+                                             "write_amplification",
                                              "zones_by_condition", "open_zones",
                                              "max_open_zones")} for d in stats.get("drives", [])]
-    out["totals"] = stats.get("totals", {})
+    out["totals"] = dict(stats.get("totals") or {})
+    for k in CAPACITY:  # summed here when a node reports them per drive only
+        vals = [d.get(k) for d in out["drives"]]
+        if out["totals"].get(k) is None and vals and None not in vals:
+            out["totals"][k] = sum(vals)
     return out
 
 
@@ -61,7 +71,10 @@ async def gather_status(config: ClusterConfig, node_timeout: float = 5.0) -> dic
 
     async with make_session() as session:
         clients = [NodeClient(n, config.secret, session, node_timeout) for n in config.nodes]
-        nodes = list(await asyncio.gather(*(_node_status(c) for c in clients)))
+        nodes, health = await asyncio.gather(
+            asyncio.gather(*(_node_status(c) for c in clients)),
+            _gateway_health(config, min(node_timeout, 2.0)))
+        nodes = list(nodes)
     totals: dict[str, Any] = {k: 0 for k in SUMMED}
     zones: dict[str, int] = {}
     drives = 0
@@ -72,6 +85,9 @@ async def gather_status(config: ClusterConfig, node_timeout: float = 5.0) -> dic
                 totals[k] += d.get(k) or 0
             for cond, count in (d.get("zones_by_condition") or {}).items():
                 zones[str(cond).lower()] = zones.get(str(cond).lower(), 0) + int(count)
+    for k in CAPACITY:
+        vals = [d.get(k) for n in nodes for d in n["drives"]]
+        totals[k] = sum(vals) if vals and all(v is not None for v in vals) else None
     totals["drives"] = drives
     totals["zones_by_condition"] = dict(sorted(zones.items()))
     totals["write_amplification"] = (totals["device_bytes_written"] / totals["user_bytes_written"]
@@ -93,6 +109,8 @@ async def gather_status(config: ClusterConfig, node_timeout: float = 5.0) -> dic
         # None: this machine has no repair queue (it lives where the gateway runs)
         "parts_awaiting_repair": awaiting,
         "repair_queue": str(repair_dir),
+        # the gateway's /health/cluster when it answers from here (None otherwise)
+        "gateway_health": health,
     }
 
 
@@ -103,71 +121,153 @@ def exit_code(doc: dict[str, Any]) -> int:
 
 
 def _size(n: float | None) -> str:
+    """Short sizes (at most 6 characters) so the node table fits 80 columns."""
     if n is None:
         return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    for unit in ("B", "K", "M", "G", "T", "P"):
+        if abs(n) < 1000 or unit == "P":
+            return f"{n:.0f}{unit}" if unit == "B" or abs(n) >= 100 else f"{n:.1f}{unit}"
         n /= 1024
     return str(n)
 
 
 def _wa(v: float | None) -> str:
-    return "-" if not v else f"{v:.3f}"
+    return "-" if not v else f"{v:.2f}"
+
+
+# zone conditions as the table counts them (conventional zones left out)
+_ZONE_KIND = {"empty": "empty", "implicit_open": "open", "explicit_open": "open",
+              "closed": "closed", "full": "full", "read_only": "read-only", "offline": "offline"}
+
+
+def _zone_counts(z: dict[str, Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for cond, n in z.items():
+        kind = _ZONE_KIND.get(str(cond).lower())
+        if kind:
+            counts[kind] = counts.get(kind, 0) + int(n)
+    return counts
+
+
+def _capacity_fields(t: dict[str, Any]) -> bool:
+    """Whether the nodes report zone-aware capacity (writable / stranded / garbage / live)."""
+    return t.get("writable_bytes") is not None
 
 
 def render(doc: dict[str, Any], console: Any) -> None:
+    """Everything in 80 columns: summary lines, then one table row per node."""
+    from rich import box
     from rich.table import Table
 
     t = doc["totals"]
     used, free = t["used_bytes"], t["free_bytes"]
-    quorum = "[green]write and read quorum hold[/]" if doc["write_quorum"] and doc["read_quorum"] \
-        else ("[yellow]write quorum holds, some parts may be unreadable[/]" if doc["write_quorum"]
+    quorum = "[green]quorum holds[/]" if doc["write_quorum"] and doc["read_quorum"] \
+        else ("[yellow]write quorum holds, reads may fail[/]" if doc["write_quorum"]
               else "[bold red]WRITE QUORUM LOST[/]")
     e = doc["erasure"]
-    console.print(f"[bold]ZoneGate cluster[/]  {e['k']}+{e['m']} erasure coding, "
-                  f"write quorum {e['write_quorum_needed']}")
-    console.print(f"nodes: [green]{doc['nodes_up']} up[/]"
-                  + (f", [red]{len(doc['nodes_down'])} down[/] ({', '.join(doc['nodes_down'])})"
-                     if doc["nodes_down"] else "") + f" — {quorum}")
-    pct = f" ({100 * used / (used + free):.1f}% used)" if used + free else ""
-    console.print(f"capacity: {_size(used)} used, {_size(free)} free{pct}; "
-                  f"{t['drives']} drives; write amplification {_wa(t['write_amplification'])}")
-    zones = ", ".join(f"{c} {n}" for c, n in t["zones_by_condition"].items()) or "-"
-    console.print(f"zones: {zones}")
+    console.print(f"[bold]ZoneGate[/] {e['k']}+{e['m']}, write quorum {e['write_quorum_needed']};"
+                  f" nodes [green]{doc['nodes_up']} up[/]"
+                  + (f", [red]{len(doc['nodes_down'])} down[/]" if doc["nodes_down"] else "")
+                  + f"; {quorum}")
+    if doc["nodes_down"]:
+        console.print(f"down: {', '.join(doc['nodes_down'])}")
+    full = (doc.get("gateway_health") or {}).get("nodes_full")
+    if full:
+        console.print(f"[yellow]full[/]: {', '.join(full)}")
+    pct = f" ({100 * used / (used + free):.1f}%)" if used + free else ""
+    console.print(f"capacity: {_size(used)} used{pct}, {_size(free)} free, {t['drives']} drives,"
+                  f" WA {_wa(t['write_amplification'])}")
+    zoned = _capacity_fields(t)
+    if zoned:
+        console.print(f"zones hold: {_size(t.get('writable_bytes'))} writable, "
+                      f"{_size(t.get('live_bytes'))} live, {_size(t.get('garbage_bytes'))} "
+                      f"garbage, {_size(t.get('stranded_bytes'))} stranded")
+    zc = _zone_counts(t["zones_by_condition"])
+    console.print("zones: " + (", ".join(f"{n} {k}" for k, n in zc.items() if n) or "-"))
     backlog = doc["parts_awaiting_repair"]
     if backlog is None:
-        console.print(f"parts awaiting repair: unknown here (no {doc['repair_queue']})")
+        console.print(f"repair backlog: unknown here (no {doc['repair_queue']})")
     else:
         style = "green" if backlog == 0 else "yellow"
-        console.print(f"parts awaiting repair: [{style}]{backlog}[/]")
+        console.print(f"repair backlog: [{style}]{backlog}[/] parts")
 
-    table = Table(title="nodes", show_lines=False)
-    for col in ("node", "state", "drives", "used", "free", "user written", "device written",
-                "WA", "zones"):
-        table.add_column(col, justify="right" if col not in ("node", "state", "zones") else "left")
+    sizes = (["writable", "live", "garbage", "strand"] if zoned else ["free", "written"])
+    zone_cols = ["open", "full"] if zoned else ["open", "full", "empty"]
+    cols = ["node", "state", "used", *sizes, "WA", *zone_cols]
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False,
+                  collapse_padding=True)
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("node", "state") else "right",
+                         no_wrap=True)
+    errors = []
     for n in doc["nodes"]:
         if not n["up"]:
-            table.add_row(n["id"], "[red]down[/]", "-", "-", "-", "-", "-", "-",
-                          f"[red]{n['error'] or ''}[/]")
+            table.add_row(n["id"], "[red]down[/]", *["-"] * (len(cols) - 2))
+            errors.append(f"{n['id']}: {n['error'] or 'down'}")
             continue
         nt = n["totals"]
-        z = nt.get("zones_by_condition") or {}
-        table.add_row(n["id"], "[green]up[/]", str(len(n["drives"])), _size(nt.get("used_bytes")),
-                      _size(nt.get("free_bytes")), _size(nt.get("user_bytes_written")),
-                      _size(nt.get("device_bytes_written")),
-                      _wa(nt.get("write_amplification")),
-                      ", ".join(f"{str(c).lower()} {v}" for c, v in sorted(z.items())))
+        keys = (["writable_bytes", "live_bytes", "garbage_bytes", "stranded_bytes"] if zoned
+                else ["free_bytes", "user_bytes_written"])
+        z = _zone_counts(nt.get("zones_by_condition") or {})
+        table.add_row(n["id"], "[green]up[/]", _size(nt.get("used_bytes")),
+                      *(_size(nt.get(k)) for k in keys), _wa(nt.get("write_amplification")),
+                      *(str(z.get(c, 0)) for c in zone_cols))
     console.print(table)
+    for line in errors:
+        console.print(f"[red]{line}[/]", overflow="fold")
+
+
+async def _gateway_health(config: ClusterConfig, seconds: float) -> dict[str, Any] | None:
+    """The gateway's /health/cluster (for `nodes_full`), when its listen address answers here
+    (over HTTPS or HTTP: `zonegate dev --tls` passes its certificate as flags)."""
+    import ssl
+
+    import aiohttp
+    listen = str(config.gateway.get("listen") or "")
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit():
+        return None
+    host = host.strip("[]")
+    host = "127.0.0.1" if host in ("", "0.0.0.0") else ("::1" if host == "::" else host)
+    base = f"{f'[{host}]' if ':' in host else host}:{port}"
+    # Unverified: the answer is public health data and decides nothing.
+    ctx = ssl._create_unverified_context()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=seconds)) as s:
+        for scheme in ("https", "http"):
+            try:
+                async with s.get(f"{scheme}://{base}/health/cluster",
+                                 ssl=ctx if scheme == "https" else False) as resp:
+                    doc = await resp.json(content_type=None)
+                    return doc if isinstance(doc, dict) else None
+            except (aiohttp.ClientError, TimeoutError, ValueError, OSError):
+                continue
+    return None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     config = ClusterConfig.load(args.config)
-    doc = asyncio.run(gather_status(config, args.timeout))
-    if args.json:
-        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-    else:
-        from rich.console import Console
-        render(doc, Console(highlight=False))
-    return exit_code(doc)
+    console = Console(highlight=False)
+    code = EXIT_OK
+    try:
+        while True:
+            doc = asyncio.run(gather_status(config, args.timeout))
+            code = exit_code(doc)
+            if args.json:
+                # with --watch: one document per line
+                json.dump(doc, sys.stdout, indent=None if args.watch else 2, sort_keys=True)
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+            else:
+                if args.watch and console.is_terminal:
+                    console.clear()
+                render(doc, console)
+                if args.watch:
+                    console.print(f"[dim]{time.strftime('%H:%M:%S')}, every {args.watch:g}s; "
+                                  "Ctrl-C stops[/]")
+            if not args.watch:
+                return code
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return code

@@ -1,10 +1,12 @@
-"""deploy/ is a working deployment: the compose file is valid for `docker-compose config`, every
-ZoneGate service runs a real `zonegate` subcommand with a configuration `zonegate` accepts,
-Prometheus scrapes exactly those services, and the Dockerfile copies what exists.
+"""The top-level docker-compose.yml with deploy/ is a working deployment: the compose file is
+valid for `docker-compose config`, every ZoneGate service runs a real `zonegate` subcommand
+with a configuration `zonegate` accepts, Prometheus scrapes exactly those services, and the
+Dockerfile copies what exists.
 
-No container engine runs here, so the files are proven instead of run. `docker-compose` v1
-(PyPI) does not install into the project's environment (it needs PyYAML < 6 and jsonschema < 4),
-so it lives in its own virtual environment under .venv/compose, made on first use.
+No container engine runs here, so the files are proven instead of run. The validator is
+Debian's `docker-compose` (v1, installed by .ci/run); without it, docker-compose v1 from PyPI,
+which does not install into the project's environment (it needs PyYAML < 6 and jsonschema < 4),
+in its own virtual environment under .venv/compose, made on first use.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.timeout(600)
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
-COMPOSE_FILE = DEPLOY / "docker-compose.yml"
+COMPOSE_FILE = REPO / "docker-compose.yml"
 CONFIG_IN_CONTAINER = "/etc/zonegate/cluster.toml"
 # PyYAML 5.3.1: the last 5.x that builds on Python 3.11 without Cython
 COMPOSE_REQS = ["PyYAML==5.3.1", "docker-compose==1.29.2"]
@@ -37,11 +39,11 @@ def docker_compose() -> list[str]:
     """argv of a `docker-compose` v1: $ZONEGATE_DOCKER_COMPOSE, one on PATH, or .venv/compose."""
     if os.environ.get("ZONEGATE_DOCKER_COMPOSE"):
         return shlex.split(os.environ["ZONEGATE_DOCKER_COMPOSE"])
+    if shutil.which("docker-compose"):
+        return [shutil.which("docker-compose")]  # type: ignore[list-item]
     venv = REPO / ".venv" / "compose"
     exe = venv / "bin" / "docker-compose"
     if not exe.exists():
-        if shutil.which("docker-compose"):
-            return [shutil.which("docker-compose")]  # type: ignore[list-item]
         made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True)
         pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *COMPOSE_REQS],
                              capture_output=True, text=True, timeout=480)
@@ -97,6 +99,7 @@ def test_docker_compose_refuses_a_broken_file(tmp_path):
 
 
 def test_compose_file_is_valid_and_has_the_whole_topology(compose):
+    assert not (DEPLOY / "docker-compose.yml").exists()  # one compose file, at the top
     services = compose["services"]
     zg = zonegate_services(compose)
     nodes = sorted(n for n in zg if n != "gateway")

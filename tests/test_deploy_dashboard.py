@@ -26,7 +26,8 @@ SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", 
 _NAME = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\b")
 _PROMQL_WORDS = {"sum", "max", "min", "avg", "count", "rate", "irate", "increase", "by",
                  "without", "histogram_quantile", "bool", "le", "on", "ignoring", "offset",
-                 "and", "or", "unless", "topk", "bottomk", "delta", "deriv", "scalar"}
+                 "and", "or", "unless", "topk", "bottomk", "delta", "deriv", "scalar",
+                 "vector"}
 
 
 def dashboard_exprs() -> list[str]:

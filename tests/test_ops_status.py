@@ -79,7 +79,7 @@ def test_status_reports_a_killed_node_as_down_and_the_quorum(cluster):
         text = status(config)
         assert text.returncode == 2
         assert "down" in text.stdout and nodes.ids[3] in text.stdout
-        assert "parts awaiting repair: 0" in text.stdout
+        assert "repair backlog: 0 parts" in text.stdout
 
         nodes.kill(4)
         res = status(config, "--json")
@@ -94,6 +94,75 @@ def test_status_reports_a_killed_node_as_down_and_the_quorum(cluster):
                 nodes.restart(i)
     res = status(config, "--json")
     assert res.returncode == 0 and json.loads(res.stdout)["nodes_down"] == []
+
+
+def _rows(text: str, ids: list[str]) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.split()[:1] and ln.split()[0] in ids]
+
+
+def test_status_fits_80_columns_one_line_per_node(cluster):
+    nodes, config, _state = cluster
+    res = subprocess.run([sys.executable, "-m", "gateway.cli", "status", "--config", str(config),
+                          "--timeout", "3"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert max(len(ln) for ln in lines) <= 80, res.stdout
+    rows = _rows(res.stdout, nodes.ids)
+    assert [r.split()[0] for r in rows] == nodes.ids and all(" up " in r for r in rows)
+
+
+def test_status_shows_zone_capacity_and_full_nodes_in_80_columns(cluster):
+    """With the capacity figures newer nodes report (writable / stranded / garbage / live) and
+    the gateway's nodes_full, and a node down, the table still fits 80 columns."""
+    import asyncio
+    import io
+
+    from rich.console import Console
+
+    from erasure.config import ClusterConfig
+    from gateway.status import gather_status, render
+
+    nodes, config, _state = cluster
+    doc = asyncio.run(gather_status(ClusterConfig.load(config), 3.0))
+    for i, n in enumerate(doc["nodes"]):
+        n["totals"].update(writable_bytes=(900 + i) * 2**30, stranded_bytes=3 * 2**20,
+                           garbage_bytes=123 * 2**30, live_bytes=4 * 2**40,
+                           zones_by_condition={"EMPTY": 1200, "IMPLICIT_OPEN": 12,
+                                               "CLOSED": 3, "FULL": 29999, "NOT_WP": 4})
+    doc["totals"].update(writable_bytes=5 * 2**40, stranded_bytes=18 * 2**20,
+                         garbage_bytes=738 * 2**30)
+    doc["nodes"][1].update(up=False, error="ClientConnectorError: Cannot connect to host "
+                                          "127.0.0.1:1 ssl:default [Connection refused]")
+    doc["nodes_down"] = [doc["nodes"][1]["id"]]
+    doc["gateway_health"] = {"nodes_full": [nodes.ids[2]]}
+    out = io.StringIO()
+    render(doc, Console(file=out, width=80, force_terminal=False, highlight=False))
+    text = out.getvalue()
+    assert max(len(ln) for ln in text.splitlines()) <= 80, text
+    assert [r.split()[0] for r in _rows(text, nodes.ids)] == nodes.ids, text
+    header = next(ln for ln in text.splitlines() if ln.startswith("node "))
+    assert header.split() == ["node", "state", "used", "writable", "live", "garbage",
+                              "strand", "WA", "open", "full"]
+    row = _rows(text, nodes.ids)[0].split()
+    assert row[-2:] == ["12", "29999"] and row[3] == "900G"
+    assert "5.0T writable" in text and "738G garbage" in text and "18.0M stranded" in text
+    assert f"full: {nodes.ids[2]}" in text
+
+
+def test_status_watch_repeats_until_interrupted(cluster):
+    import signal
+
+    _nodes, config, _state = cluster
+    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "status", "--config",
+                             str(config), "--json", "--watch", "0.2"], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        docs = [json.loads(proc.stdout.readline()) for _ in range(3)]
+        assert all(d["nodes_up"] == 6 for d in docs)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
 
 
 def test_status_refuses_a_bad_config_in_one_line(tmp_path):

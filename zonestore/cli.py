@@ -96,9 +96,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_fsck(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
     from zonestore.fsck import fsck
+    from zonestore.progress import progress
 
     index = args.index
     if index is None:
@@ -110,9 +109,8 @@ def cmd_fsck(args: argparse.Namespace) -> int:
         if args.quiet:
             diffs, stats = fsck(dev, index, rebuild=args.rebuild)
         else:
-            with Progress(TextColumn("scanning zones"), BarColumn(), DownloadColumn(),
-                          TimeRemainingColumn(), transient=True) as bar:
-                task = bar.add_task("scan", total=None)
+            with progress(unit="bytes", transient=True) as bar:
+                task = bar.add_task("scanning zones", total=None)
                 diffs, stats = fsck(dev, index, rebuild=args.rebuild,
                                     progress=lambda done, total: bar.update(
                                         task, completed=done, total=total))

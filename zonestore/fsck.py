@@ -328,7 +328,10 @@ def fsck(device: ZonedDevice, index_path: str | Path, *, rebuild: bool = False,
             finally:
                 live.close(flush=False)
         else:
-            diffs = [f"{index_path}: no live index"]
+            # A drive never opened has no index yet; that is only a difference if its zones
+            # hold something the missing index would have to know.
+            held = next(iter(rebuilt.all_entries()), None) is not None or any(rebuilt.live.values())
+            diffs = [f"{index_path}: no live index"] if held else []
             counters = {}
         if rebuild:
             with rebuilt.txn():

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 from zonestore.emulated import Geometry
+from zonestore.logsetup import configure
 from zonestore.node.server import DriveError, run_node
 from zonestore.node.state import DEFAULT_MAX_RECORD_SIZE
 
@@ -54,13 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="who may read /metrics and /health/ready without a signature")
     p.add_argument("--port-file", default=None, help="write the bound port here once listening")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="log lines as text (default) or JSON objects")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format=f"%(asctime)s {args.id} %(levelname)s %(name)s: %(message)s")
+    configure(args.log_level, args.log_format, args.id)
     geometry = None
     if args.zones is not None or args.zone_size_mib is not None:
         d = Geometry()

@@ -34,6 +34,11 @@ def register(sub: argparse._SubParsersAction,
                       "unsigned: loopback (default), any (Prometheus on another host), signed")
     node.add_argument("--index-dir", default=None,
                       help="where the zone-log indexes of block-device drives live")
+    node.add_argument("--scrub-rate", type=float, default=None,
+                      help="bytes/s the scrubber re-reads to check every record (0 = off; "
+                           "default 8 MiB/s)")
+    node.add_argument("--scrub-interval", type=float, default=None,
+                      help="seconds of rest between scrub passes (default 3600)")
     node.add_argument("--port-file", default=None, help="write the bound port here when listening")
     node.add_argument("--log-level", default="INFO")
     node.set_defaults(func=cmd_node)
@@ -68,7 +73,9 @@ def cmd_node(args: argparse.Namespace) -> int:
     for line in cfg.placeholder_warnings(users=False):  # a node only uses `secret`
         logging.getLogger("zonegate.node").warning("%s", line)
     try:
-        run_node(spec.id, list(spec.drives), spec.host, spec.port, cfg.secret,
+        scrub = {k: v for k, v in (("scrub_rate", args.scrub_rate),
+                                   ("scrub_interval", args.scrub_interval)) if v is not None}
+        run_node(spec.id, list(spec.drives), spec.host, spec.port, cfg.secret, **scrub,
                  create_drives=args.create_drives, open_metrics=args.open_metrics,
                  index_dir=Path(args.index_dir) if args.index_dir else None,
                  port_file=Path(args.port_file) if args.port_file else None)

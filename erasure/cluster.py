@@ -27,6 +27,7 @@ from erasure.repairqueue import Deletions, RepairQueue
 log = logging.getLogger(__name__)
 HEAL_ATTEMPTS = 5    # background rebuild tries per part before leaving it to `zonegate repair`
 HEAL_BACKOFF = 2.0   # seconds before the first retry, doubling
+SCRUB_CHECK_INTERVAL = 60.0  # seconds between fetches of the nodes' scrub damage lists
 
 
 @dataclass
@@ -67,6 +68,7 @@ class ErasureCluster:
         self._session = None
         self._health: asyncio.Task | None = None
         self.auto_repair = auto_repair
+        self.scrub_check_interval = SCRUB_CHECK_INTERVAL
         self._heal_q: asyncio.Queue[tuple[PartLayout, list[int], int]] | None = None
         self._healer: asyncio.Task | None = None
         self._retries: set[asyncio.Task] = set()
@@ -130,10 +132,17 @@ class ErasureCluster:
         return n
 
     async def _health_loop(self) -> None:
+        rounds = 0
         while True:
             await asyncio.sleep(self.health_interval)
+            rounds += 1
             try:
                 await self.check_health()
+                if self._heal_q is not None and rounds * self.health_interval >= \
+                        self.scrub_check_interval:
+                    rounds = 0
+                    from erasure.repair import heal_scrub_damage
+                    await heal_scrub_damage(self)
             except Exception:  # never let the loop die; the next round tries again
                 log.exception("health check failed")
 

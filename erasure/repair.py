@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from erasure.cluster import ErasureCluster, ScannedPart
 from erasure.codec import CodecError
 from erasure.errors import ErasureError
-from erasure.layout import PartLayout, archive_id
+from erasure.layout import PartLayout, archive_id, parse_archive_id
 from erasure.nodeclient import NodeError, RecordCorrupt, RecordReader
 from erasure.writer import ArchiveUpload
 
@@ -77,6 +77,7 @@ async def find_damage(cluster: ErasureCluster, prefix: str = "", *, deep: bool =
     report = RepairReport()
     parts = await cluster.scan(prefix)
     report.unreachable = list(cluster.unreachable)
+    scrubbed = await scrub_damage(cluster, prefix)
     deletions = cluster.deletions.all()
     records = {r.layout.part_uid: r for r in cluster.repair_queue.records()
                if r.layout.part_uid.startswith(prefix)}
@@ -108,6 +109,9 @@ async def find_damage(cluster: ErasureCluster, prefix: str = "", *, deep: bool =
         if rec:
             for i in rec.indexes:
                 reasons.setdefault(i, rec.reason)
+        for i, why in scrubbed.get(p.part_uid, {}).items():
+            if p.fragments.get(i) == [why[0]]:  # the only copy of it is the damaged one
+                reasons.setdefault(i, f"corrupt on {why[0]} (scrub: {why[1]})")
         if deep:
             for i, nodes in p.fragments.items():
                 if i not in reasons and not await _verify(cluster, p, i, nodes[0]):
@@ -129,6 +133,42 @@ async def find_damage(cluster: ErasureCluster, prefix: str = "", *, deep: bool =
         if not report.unreachable:
             cluster.repair_queue.done(uid)
     return damaged, report
+
+
+async def scrub_damage(cluster: ErasureCluster, prefix: str = ""
+                       ) -> dict[str, dict[int, tuple[str, str]]]:
+    """What the nodes' scrubbers found: part uid -> index -> (node, error)."""
+    nodes = [c for c in cluster.clients.values() if c.up]
+    lists = await asyncio.gather(*(c.damage() for c in nodes), return_exceptions=True)
+    out: dict[str, dict[int, tuple[str, str]]] = {}
+    for c, found in zip(nodes, lists, strict=True):
+        if isinstance(found, BaseException):
+            if not isinstance(found, NodeError):
+                raise found
+            continue
+        for d in found:
+            parsed = parse_archive_id(str(d.get("id", "")))
+            if parsed and parsed[0].startswith(prefix):
+                out.setdefault(parsed[0], {})[parsed[1]] = (c.id, str(d.get("error", "")))
+    return out
+
+
+async def heal_scrub_damage(cluster: ErasureCluster) -> int:
+    """Hand what the scrubbers found to the background healer (the cluster's health loop
+    runs this now and then); returns how many parts were queued."""
+    found = await scrub_damage(cluster)
+    n = 0
+    for uid, bad in found.items():
+        if cluster.deletions.known(uid):
+            continue
+        parts = [p for p in await cluster.scan(uid + ".") if p.part_uid == uid]
+        if not parts or cluster.unreachable:
+            continue
+        layout = parts[0].layout()
+        cluster.note_damage(layout, sorted(bad), "scrub: " + "; ".join(
+            f"f{i:02d} on {node}: {err}" for i, (node, err) in sorted(bad.items())))
+        n += 1
+    return n
 
 
 async def _verify(cluster: ErasureCluster, p: ScannedPart, index: int, node: str) -> bool:

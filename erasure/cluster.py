@@ -69,6 +69,8 @@ class ErasureCluster:
         self._health: asyncio.Task | None = None
         self.auto_repair = auto_repair
         self.scrub_check_interval = SCRUB_CHECK_INTERVAL
+        self.heal_attempts = HEAL_ATTEMPTS
+        self._purger: asyncio.Task | None = None
         self._heal_q: asyncio.Queue[tuple[PartLayout, list[int], int]] | None = None
         self._healer: asyncio.Task | None = None
         self._retries: set[asyncio.Task] = set()
@@ -88,7 +90,7 @@ class ErasureCluster:
 
     async def close(self) -> None:
         # unfinished heals stay in the on-disk repair queue for `zonegate repair`
-        tasks = [t for t in (self._health, self._healer, *self._retries) if t]
+        tasks = [t for t in (self._health, self._healer, self._purger, *self._retries) if t]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -118,9 +120,13 @@ class ErasureCluster:
         return state
 
     def drain_repair_queue(self) -> int:
-        """Hand every on-disk repair record to the background healer; returns how many."""
+        """Hand every on-disk repair record to the background healer, and finish deletions
+        left unfinished because a node was down (in a background task); returns how many
+        records were handed over."""
         if self._heal_q is None:
             return 0
+        if self._purger is None or self._purger.done():
+            self._purger = asyncio.create_task(self._finish_deletions())
         n = 0
         for rec in self.repair_queue.records():
             if self.deletions.known(rec.layout.part_uid):
@@ -130,6 +136,17 @@ class ErasureCluster:
                 self._enqueue_heal(rec.layout, rec.indexes, 0)
                 n += 1
         return n
+
+    async def _finish_deletions(self) -> None:
+        for uid, done in self.deletions.all().items():
+            if done:
+                continue
+            try:
+                await self.purge(uid)
+            except ErasureError:
+                return  # a node is still down: the next return tries again
+            except Exception:
+                log.exception("finishing the deletion of %s failed", uid)
 
     async def _health_loop(self) -> None:
         rounds = 0
@@ -182,7 +199,7 @@ class ErasureCluster:
                     self._healing.discard(layout.part_uid)
                     continue  # deleted while it was rebuilt: nothing to heal any more
                 self.stats["heal_failures"] += 1
-                if attempt < HEAL_ATTEMPTS:
+                if attempt < self.heal_attempts:
                     delay = HEAL_BACKOFF * 2 ** attempt
                     log.info("heal of %s failed (%s); retrying in %.0f s", layout.part_uid, e,
                              delay)

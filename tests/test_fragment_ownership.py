@@ -182,3 +182,46 @@ async def test_failed_write_keeps_its_pending_mark_for_the_sweeper(nodes, config
         rep = await audit(c, store.part_owners)
         assert rep.unowned == {} and rep.unreachable == []
     store.close()
+
+
+async def test_node_return_drains_the_repair_queue_and_finishes_deletions(nodes, config,
+                                                                          tmp_path) -> None:
+    # six of the eight nodes: with one down, a 4+2 part has no handoff node left
+    six = ClusterConfig.from_dict({
+        "secret": SECRET,
+        "erasure": {"k": 4, "m": 2, "state_dir": str(tmp_path / "six"), "node_timeout": 20},
+        "nodes": [{"id": nid, "url": url} for nid, url in
+                  list(zip(nodes.ids, nodes.urls, strict=True))[:6]]}, source="test")
+    uid, data = "back0005.p1", os.urandom(250_000)
+    async with ErasureCluster(six, health_interval=0.2) as c:
+        c.heal_attempts = 0  # the healer gives up at once: only the node's return helps
+        victim = c.placement.primary(uid)[0]
+        nodes.kill(idx(nodes, victim))
+        await c.check_health()
+        layout = await put(c, uid, data)
+        assert layout.missing == [0]
+        for _ in range(100):
+            if c.stats["heal_failures"]:
+                break
+            await asyncio.sleep(0.05)
+        assert c.stats["heal_failures"] == 1 and c.stats["healed_parts"] == 0
+        assert [r.indexes for r in c.repair_queue.records()] == [[0]]
+        nodes.restart(idx(nodes, victim))  # the health loop sees it back and drains the queue
+        for _ in range(200):
+            if c.stats["healed_parts"]:
+                break
+            await asyncio.sleep(0.05)
+        assert c.stats["healed_parts"] == 1, c.stats
+        assert c.repair_queue.records() == []
+        assert (await where(c, uid))[0] == [victim]
+        nodes.kill(idx(nodes, victim))
+        await c.check_health()
+        with pytest.raises(ErasureError):
+            await c.delete_part(layout)
+        nodes.restart(idx(nodes, victim))  # and the unfinished deletion is finished
+        for _ in range(200):
+            if not c.deletions.pending(uid):
+                break
+            await asyncio.sleep(0.05)
+        assert not c.deletions.pending(uid)
+        assert await where(c, uid) == {}

@@ -189,8 +189,11 @@ class Chaos:
         for node in self.g.nodes.nodes:
             node.proc.wait()
         self.tally.kills["whole cluster"] += 1
-        for i in range(len(self.g.nodes.nodes)):
-            self.g.nodes.restart(i)
+        nc = self.g.nodes
+        for node in nc.nodes:  # all at once, as a machine coming back would
+            nc._spawn(node)
+        for node in nc.nodes:
+            nc._wait_ready(node)
         self.g.start_gateway()
 
     def event(self, what: str) -> None:
@@ -235,12 +238,14 @@ class StormResult:
     deleted_verified: int
     audit: AuditReport
     repair_out: str
+    phases: dict[str, float]
 
 
 def storm(g: Gateway, *, seconds: float, events: list[str], writers: int = 3,
           seed: int = 12) -> StormResult:
     rnd = random.Random(seed)
     tally = Tally()
+    phases = {"start": time.monotonic()}
     s3 = g.client()
     s3.create_bucket(Bucket="storm")
     stop = threading.Event()
@@ -260,15 +265,19 @@ def storm(g: Gateway, *, seconds: float, events: list[str], writers: int = 3,
             w.join(120)
     for w in ws:
         assert w.error is None, f"{w.name} died: {w.error!r}"
+    phases["storm"] = time.monotonic()
     # let the gateway's healer and sweeper settle, then the operator's repair
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and not nothing_due(g):
         time.sleep(0.5)
+    phases["settle"] = time.monotonic()
     rep = subprocess.run([ZONEGATE, "repair", "--config", str(g.config_path), "--audit"],
                          capture_output=True, text=True, timeout=300,
                          env={**os.environ, "COLUMNS": "200"})
     assert rep.returncode == 0, rep.stdout + rep.stderr
+    phases["repair"] = time.monotonic()
     report = run_audit(g)
+    phases["audit"] = time.monotonic()
     # every acknowledged state reads back exactly
     s3 = g.client()
     verified = deleted = 0
@@ -286,16 +295,17 @@ def storm(g: Gateway, *, seconds: float, events: list[str], writers: int = 3,
                     deleted += 1
                 else:
                     verified += 1
-    return StormResult(tally, verified, deleted, report, rep.stdout)
+    phases["verify"] = time.monotonic()
+    return StormResult(tally, verified, deleted, report, rep.stdout, phases)
 
 
 def fsck_all(g: Gateway) -> int:
-    """`zonegate drive fsck` on every drive (nodes stopped); returns how many were checked."""
-    n = 0
-    for i in range(len(g.nodes.nodes)):
-        for d in g.nodes.drive_paths(i):
-            r = subprocess.run([ZONEGATE, "drive", "fsck", str(d), "--quiet"],
-                               capture_output=True, text=True, timeout=300)
-            assert r.returncode == 0, f"{d}: {r.stdout}{r.stderr}"
-            n += 1
-    return n
+    """`zonegate drive fsck` on every drive (nodes stopped), all at once; returns how many
+    were checked."""
+    procs = [(d, subprocess.Popen([ZONEGATE, "drive", "fsck", str(d), "--quiet"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+             for i in range(len(g.nodes.nodes)) for d in g.nodes.drive_paths(i)]
+    for d, p in procs:
+        out = p.communicate(timeout=300)[0]
+        assert p.returncode == 0, f"{d}: {out}"
+    return len(procs)

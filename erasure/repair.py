@@ -330,8 +330,12 @@ async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = Fals
     damaged, report = await find_damage(cluster, prefix, deep=deep, owner=owner,
                                         include_unreachable=include_unreachable)
     if not dry_run and not report.unreachable:
-        for uid, done in cluster.deletions.all().items():
-            if not done and uid.startswith(prefix):
+        # unfinished deletions, and finished ones whose archives are back (a write whose
+        # answer was lost committed after its abort's delete)
+        deletions = cluster.deletions.all()
+        again = {u for u, _ in report.queued if u in deletions}
+        for uid in sorted(again | {u for u, done in deletions.items() if not done}):
+            if uid.startswith(prefix):
                 try:
                     await cluster.purge(uid)
                     report.purged.append(uid)

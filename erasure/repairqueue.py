@@ -90,8 +90,9 @@ class Deletions:
     """Parts being deleted, or deleted lately: one small file per part under
     `<state_dir>/deleting/`. Written before any archive is removed, so a rebuild that started
     before the delete sees it (and deletes what it wrote itself) and repair reports the
-    leftovers of an unfinished deletion as "queued for deletion", not as lost. A part uid is
-    never written again once deleted (uids are fresh per write)."""
+    leftovers of an unfinished deletion as "queued for deletion", not as lost. Callers give
+    every write a fresh uid; a write of a uid known here (a bucket marker written again by
+    `zonegate bucket-markers` after a failed try) forgets the record first."""
 
     def __init__(self, state_dir: str | Path) -> None:
         self.dir = Path(state_dir) / "deleting"
@@ -117,6 +118,10 @@ class Deletions:
         if now - self._pruned > PRUNE_EVERY:
             self._pruned = now
             self.prune()
+
+    def forget(self, part_uid: str) -> None:
+        """The part is written again (a bucket marker rewritten with its old uid): alive."""
+        self._path(part_uid).unlink(missing_ok=True)
 
     def get(self, part_uid: str) -> dict | None:
         try:

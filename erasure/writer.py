@@ -113,6 +113,7 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
     validate_record_id(archive_id(part_uid, scheme.n - 1))
     if length < 0:
         raise ValueError(f"negative part length {length}")
+    cluster.deletions.forget(part_uid)
     targets = cluster.targets(part_uid)
     timeout = cluster.node_timeout
     sinks = {i: ArchiveUpload(i, cluster.clients[nid]) for i, nid in enumerate(targets) if nid}

@@ -100,6 +100,7 @@ PENDING_GRACE = 6 * 3600.0
 # A failed write's leftovers are looked for this long after it failed: time enough for a node
 # still committing an archive whose answer the writer gave up on.
 FAILED_WRITE_DELAY = 60.0
+SWEEP_WHILE_DOWN = 5.0  # seconds between looks at the node states while some are down
 
 
 class Storage:
@@ -256,8 +257,15 @@ class Storage:
 
     async def sweep_orphans(self, store: Any, batch: int = 100) -> int:
         """Delete the fragments queued in the store's orphan queue; entries whose deletion
-        fails stay leased and come back later."""
+        fails stay leased and come back later. Nothing is claimed while a node is down."""
         freed = 0
+        down = getattr(self.cluster, "down_nodes", None)
+        if down is not None and down():
+            # Every purge would fail (any node may hold a copy) and lease its entry for
+            # minutes: leave the queue alone until the nodes are back, polling gently (the
+            # sweep loop calls again at once while entries are due).
+            await asyncio.sleep(SWEEP_WHILE_DOWN)
+            return 0
         while True:
             entries = store.claim_orphans(batch)
             if not entries:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from typing import Any
 
@@ -32,6 +33,7 @@ log = logging.getLogger("zonestore.node.scrub")
 DEFAULT_RATE = 8 * 1024 * 1024      # bytes/s: a 1 TB node is re-read about every 36 hours
 DEFAULT_INTERVAL = 3600.0           # seconds of rest between passes
 PAGE = 256                          # records per index page
+FIRST_PASS_DELAY = 600.0            # at most this long after start before the first pass
 
 
 class Scrubber:
@@ -63,6 +65,9 @@ class Scrubber:
     async def run(self) -> None:
         if self.rate <= 0:
             return
+        # not at once: a node just (re)started has other work first, and nodes started
+        # together should not scrub in step
+        await asyncio.sleep(min(self.interval, FIRST_PASS_DELAY) * random.uniform(0.5, 1.0))
         while True:
             started = time.monotonic()
             for i, zlog in enumerate(list(self.state.logs)):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -224,4 +225,38 @@ async def test_node_return_drains_the_repair_queue_and_finishes_deletions(nodes,
                 break
             await asyncio.sleep(0.05)
         assert not c.deletions.pending(uid)
+        assert await where(c, uid) == {}
+
+
+async def test_zonegate_repair_tells_queued_for_deletion_from_lost(nodes, config,
+                                                                  tmp_path) -> None:
+    from erasure.config import write_config
+
+    meta = tmp_path / "meta.sqlite"
+    path = tmp_path / "cluster.toml"
+    write_config(path, {
+        "secret": SECRET, "gateway": {"metadata": str(meta)},
+        "erasure": {"k": 4, "m": 2, "state_dir": str(tmp_path / "state")},  # as `config`
+        "nodes": [{"id": nid, "url": url} for nid, url in zip(nodes.ids, nodes.urls,
+                                                              strict=True)]})
+    SqliteStore(meta).close()  # an empty gateway store: nothing owns the part but the delete
+    uid, data = "cli00006.p1", os.urandom(150_000)
+    async with ErasureCluster(config, auto_repair=False, health_interval=0) as c:
+        layout = await put(c, uid, data)
+        dead = layout.placement[0]
+        nodes.kill(idx(nodes, dead))  # the cluster does not know yet
+        with pytest.raises(ErasureError):
+            await c.delete_part(layout)
+        assert c.deletions.pending(uid)
+    nodes.restart(idx(nodes, dead))  # one fragment of the part is left on it: 1 < k
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "zonegate"), "repair", "--config", str(path),
+        "--audit", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": "200"})
+    out = (await proc.communicate())[0].decode()
+    assert proc.returncode == 0, out
+    assert f"queued for deletion: {uid}" in out and "unrecoverable" not in out.replace(
+        "0 unrecoverable", "")
+    assert "1 deletions finished" in out and "0 parts unowned" in out, out
+    async with ErasureCluster(config, auto_repair=False, health_interval=0) as c:
         assert await where(c, uid) == {}

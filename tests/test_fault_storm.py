@@ -14,14 +14,17 @@ from zonestore.emulated import Geometry
 
 pytest.importorskip("zonestore.pool", reason="the node daemon needs the drive pool")
 GEOMETRY = Geometry(nr_zones=160, zone_size=16 << 20, zone_capacity=16 << 20)
+# the long storm writes some GB per node, most of it overwritten or deleted: sparse 8 GiB drives
+LONG_GEOMETRY = Geometry(nr_zones=512, zone_size=16 << 20, zone_capacity=16 << 20)
 
 
-def _run(tmp_path, seconds: float, events: list[str], writers: int) -> None:
+def _run(tmp_path, seconds: float, events: list[str], writers: int,
+         geometry: Geometry = GEOMETRY) -> None:
     # 7 nodes for 4+2: a node down leaves a handoff; pending marks of writes a kill cut off
     # are resolved 15 s later (longer than any write here takes)
     # more, smaller zones than the default test drive: one zone per upload stream fills a
     # 32-zone drive long before its bytes do
-    g = Gateway(tmp_path, nodes=7, workers=2, geometry=GEOMETRY,
+    g = Gateway(tmp_path, nodes=7, workers=2, geometry=geometry,
                 gateway_options={"pending_grace_seconds": 15})
     g.start()
     try:
@@ -55,4 +58,4 @@ def test_fault_storm_long(tmp_path) -> None:
     seconds = float(os.environ.get("ZG_STORM_SECONDS", "600"))
     events = ["node", "worker", "nodes", "node", "gateway", "worker", "nodes", "all"]
     n = max(1, int(seconds // 80))
-    _run(tmp_path, seconds, events * n, writers=4)
+    _run(tmp_path, seconds, events * n, writers=4, geometry=LONG_GEOMETRY)

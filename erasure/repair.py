@@ -276,12 +276,12 @@ async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[
             by_index = {codec.fragment_index(f): f for f in rebuilt}
             await asyncio.gather(*(s.feed(by_index[i], cluster.node_timeout)
                                    for i, s in sinks.items()))
-            failed = [f"{i}: {s.error}" for i, s in sinks.items() if not s.alive]
+            failed = [f"{i}: {_why(s)}" for i, s in sinks.items() if not s.alive]
             if failed:
                 raise RuntimeError(f"writing rebuilt fragments failed: {failed}")
         await asyncio.gather(*(s.feed(None, cluster.node_timeout) for s in sinks.values()))
         await asyncio.wait([s.task for s in sinks.values()])
-        failed = [f"{i}: {s.error}" for i, s in sinks.items() if not s.alive]
+        failed = [f"{i}: {_why(s)}" for i, s in sinks.items() if not s.alive]
         if failed:
             raise RuntimeError(f"writing rebuilt fragments failed: {failed}")
         if cluster.deletions.known(p.part_uid):
@@ -299,6 +299,14 @@ async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[
     finally:
         for _, r in readers:
             await r.__aexit__(None, None, None)
+
+
+def _why(s: ArchiveUpload) -> str:
+    """A dead upload's error (its done-callback may not have run yet)."""
+    t = s.task
+    if s.error is None and t is not None and t.done() and not t.cancelled():
+        return str(t.exception())
+    return str(s.error)
 
 
 class PartDeleted(RuntimeError):

@@ -43,7 +43,8 @@ class Tally:
     failed: Counter[str] = field(default_factory=Counter)   # not acknowledged, by kind
     status: Counter[int] = field(default_factory=Counter)   # 5xx answers seen
     codes: Counter[str] = field(default_factory=Counter)
-    kills: Counter[str] = field(default_factory=Counter)
+    kills: Counter[str] = field(default_factory=Counter)      # kill events, by kind
+    processes: int = 0                                         # processes SIGKILLed
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -159,6 +160,7 @@ class Chaos:
         for i in victims:
             self.g.nodes.kill(i)
         self.tally.kills["node"] += count
+        self.tally.processes += count
         time.sleep(down_for)
         for i in victims:
             self.g.nodes.restart(i)
@@ -169,18 +171,22 @@ class Chaos:
             return False
         os.kill(self.rnd.choice(pids), signal.SIGKILL)
         self.tally.kills["gateway worker"] += 1
+        self.tally.processes += 1
         return True
 
     def kill_gateway(self) -> None:
         # The master and its workers at once (its process group): SIGKILL of the master
         # alone leaves its workers serving the port until issue 12's supervision fix lands
         # (branch issue12-serve).
+        self.tally.processes += 1 + len(worker_pids(self.g.proc.pid))
         os.killpg(self.g.proc.pid, signal.SIGKILL)
         self.g.proc.wait()
         self.tally.kills["gateway (master + workers)"] += 1
         self.g.start_gateway()
 
     def kill_all(self) -> None:
+        self.tally.processes += 1 + len(worker_pids(self.g.proc.pid)) + sum(
+            n.running for n in self.g.nodes.nodes)
         os.killpg(self.g.proc.pid, signal.SIGKILL)
         for node in self.g.nodes.nodes:
             if node.running:

@@ -37,7 +37,7 @@ def _run(tmp_path, seconds: float, events: list[str], writers: int,
     steps = list(p.items())
     took = ", ".join(f"{b[0]} {b[1] - a[1]:.0f} s" for a, b in zip(steps, steps[1:], strict=False))
     t = res.tally
-    print(f"\nstorm: kills {dict(t.kills)} ({sum(t.kills.values())} processes); acknowledged "
+    print(f"\nstorm: kill events {dict(t.kills)} ({t.processes} processes); acknowledged "
           f"{dict(t.ops)}, not acknowledged {dict(t.failed)}; {res.verified} objects verified "
           f"byte-exact, {res.deleted_verified} deletes verified; 5xx {dict(t.status)} "
           f"{dict(t.codes)}; audit: {res.audit.summary()}; fsck clean on {drives} drives; took: {took}, fsck {time.monotonic() - t0:.0f} s")

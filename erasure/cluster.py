@@ -22,11 +22,12 @@ from erasure.errors import ErasureError, QuorumError
 from erasure.layout import PartLayout, PartResult, parse_archive_id, parse_archive_meta
 from erasure.nodeclient import NodeClient, NodeError, make_session
 from erasure.placement import Placement
-from erasure.repairqueue import RepairQueue
+from erasure.repairqueue import Deletions, RepairQueue
 
 log = logging.getLogger(__name__)
 HEAL_ATTEMPTS = 5    # background rebuild tries per part before leaving it to `zonegate repair`
 HEAL_BACKOFF = 2.0   # seconds before the first retry, doubling
+SCRUB_CHECK_INTERVAL = 60.0  # seconds between fetches of the nodes' scrub damage lists
 
 
 @dataclass
@@ -57,6 +58,7 @@ class ErasureCluster:
         self.write_quorum = config.erasure.write_quorum
         self.node_timeout = config.erasure.node_timeout
         self.repair_queue = RepairQueue(state_dir or config.erasure.state_dir)
+        self.deletions = Deletions(state_dir or config.erasure.state_dir)
         self.health_interval = health_interval
         self.stats: Counter[str] = Counter()
         # aiohttp TraceConfigs for the node session (the gateway's node-call metrics)
@@ -66,9 +68,13 @@ class ErasureCluster:
         self._session = None
         self._health: asyncio.Task | None = None
         self.auto_repair = auto_repair
+        self.scrub_check_interval = SCRUB_CHECK_INTERVAL
+        self.heal_attempts = HEAL_ATTEMPTS
+        self._purger: asyncio.Task | None = None
         self._heal_q: asyncio.Queue[tuple[PartLayout, list[int], int]] | None = None
         self._healer: asyncio.Task | None = None
         self._retries: set[asyncio.Task] = set()
+        self._healing: set[str] = set()  # part uids queued, being healed or waiting to retry
 
     async def start(self) -> None:
         self._session = make_session(trace_configs=self.trace_configs or None)
@@ -80,10 +86,11 @@ class ErasureCluster:
         if self.auto_repair:
             self._heal_q = asyncio.Queue(maxsize=10_000)
             self._healer = asyncio.create_task(self._heal_loop())
+            self.drain_repair_queue()  # records left by an earlier run (or a crash)
 
     async def close(self) -> None:
         # unfinished heals stay in the on-disk repair queue for `zonegate repair`
-        tasks = [t for t in (self._health, self._healer, *self._retries) if t]
+        tasks = [t for t in (self._health, self._healer, self._purger, *self._retries) if t]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -103,14 +110,56 @@ class ErasureCluster:
     # -- node state --------------------------------------------------------------------------
 
     async def check_health(self) -> dict[str, bool]:
+        was_down = self.down_nodes()
         ups = await asyncio.gather(*(c.check() for c in self.clients.values()))
-        return dict(zip(self.clients, ups, strict=True))
+        state = dict(zip(self.clients, ups, strict=True))
+        if any(state[n] for n in was_down if n in state):
+            # A node came back: fragments that waited for it (or for a node to hand off to)
+            # can be rebuilt now, without waiting for `zonegate repair`.
+            self.drain_repair_queue()
+        return state
+
+    def drain_repair_queue(self) -> int:
+        """Hand every on-disk repair record to the background healer, and finish deletions
+        left unfinished because a node was down (in a background task); returns how many
+        records were handed over."""
+        if self._heal_q is None:
+            return 0
+        if self._purger is None or self._purger.done():
+            self._purger = asyncio.create_task(self._finish_deletions())
+        n = 0
+        for rec in self.repair_queue.records():
+            if self.deletions.known(rec.layout.part_uid):
+                self.repair_queue.done(rec.layout.part_uid)
+                continue
+            if rec.layout.part_uid not in self._healing:
+                self._enqueue_heal(rec.layout, rec.indexes, 0)
+                n += 1
+        return n
+
+    async def _finish_deletions(self) -> None:
+        for uid, done in self.deletions.all().items():
+            if done:
+                continue
+            try:
+                await self.purge(uid)
+            except ErasureError:
+                return  # a node is still down: the next return tries again
+            except Exception:
+                log.exception("finishing the deletion of %s failed", uid)
 
     async def _health_loop(self) -> None:
+        rounds = 0
         while True:
             await asyncio.sleep(self.health_interval)
+            rounds += 1
             try:
                 await self.check_health()
+                if self._heal_q is not None and rounds * self.health_interval >= \
+                        self.scrub_check_interval:
+                    rounds = 0
+                    from erasure.repair import heal_scrub_damage
+                    await heal_scrub_damage(self)
             except Exception:  # never let the loop die; the next round tries again
                 log.exception("health check failed")
 
@@ -120,6 +169,8 @@ class ErasureCluster:
         """Fragments of a part that need rebuilding: recorded in the on-disk repair queue and,
         with auto_repair, rebuilt in the background right away (a part written without a
         fragment survives one failure less until then)."""
+        if self.deletions.known(layout.part_uid):
+            return  # a read that met the fragments of a part being deleted
         self.repair_queue.add(layout, indexes, reason)
         self._enqueue_heal(layout, indexes, 0)
 
@@ -127,6 +178,7 @@ class ErasureCluster:
         if self._heal_q is not None:
             with contextlib.suppress(asyncio.QueueFull):  # the on-disk record remains
                 self._heal_q.put_nowait((layout, list(indexes), attempt))
+                self._healing.add(layout.part_uid)
 
     async def _heal_loop(self) -> None:
         from erasure.repair import heal
@@ -134,13 +186,20 @@ class ErasureCluster:
         assert self._heal_q is not None
         while True:
             layout, indexes, attempt = await self._heal_q.get()
+            if self.deletions.known(layout.part_uid) or \
+                    self.repair_queue.get(layout.part_uid) is None:
+                self._healing.discard(layout.part_uid)
+                continue  # deleted meanwhile, or healed by another worker or `zonegate repair`
             try:
                 written = await heal(self, layout, indexes)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                if self.deletions.known(layout.part_uid):
+                    self._healing.discard(layout.part_uid)
+                    continue  # deleted while it was rebuilt: nothing to heal any more
                 self.stats["heal_failures"] += 1
-                if attempt < HEAL_ATTEMPTS:
+                if attempt < self.heal_attempts:
                     delay = HEAL_BACKOFF * 2 ** attempt
                     log.info("heal of %s failed (%s); retrying in %.0f s", layout.part_uid, e,
                              delay)
@@ -148,9 +207,11 @@ class ErasureCluster:
                     self._retries.add(t)
                     t.add_done_callback(self._retries.discard)
                 else:
+                    self._healing.discard(layout.part_uid)
                     log.warning("heal of %s failed (%s); left for `zonegate repair`",
                                 layout.part_uid, e)
                 continue
+            self._healing.discard(layout.part_uid)
             self.stats["healed_parts"] += 1
             log.info("healed %s: %s", layout.part_uid,
                      ", ".join(f"f{i:02d} -> {n}" for i, n in sorted(written.items())))
@@ -203,33 +264,39 @@ class ErasureCluster:
         return reader.read_part(self, layout, offset, length)
 
     async def delete_part(self, layout: PartLayout) -> int:
-        """Delete every archive of the part; returns how many were deleted. Raises ErasureError
-        (after deleting what it can) when a node that should hold an archive cannot be reached,
-        so the caller can retry later; a retry of an already deleted archive is harmless."""
+        """Delete every archive of the part; returns how many were deleted. See `purge`."""
+        return await self.purge(layout.part_uid)
+
+    async def purge(self, part_uid: str) -> int:
+        """Delete every archive of a part wherever it is: each node is asked for the part's
+        archives (a list by prefix), so copies the caller's layout does not know - a healer's or
+        repair's rebuilds on handoff nodes, a write whose answer was lost - go too. Raises
+        ErasureError (after deleting what it can) while any node cannot be asked, so the caller
+        retries later; a retry is harmless. The deletion is recorded first (`self.deletions`):
+        a rebuild of this part that is still running deletes what it writes itself."""
+        self.deletions.begin(part_uid)
         unreachable: list[str] = []
 
-        async def rm(i: int, nid: str, required: bool) -> bool:
-            client = self.clients.get(nid)
-            if client is None:
-                return False
+        async def rm(client: NodeClient) -> int:
+            if not client.up:
+                unreachable.append(f"{client.id}: down")
+                return 0
+            n = 0
             try:
-                return await client.delete(layout.archive_id(i))
+                ids = [r.id for r in [r async for r in client.scan(part_uid + ".")]
+                       if (parse_archive_id(r.id) or ("",))[0] == part_uid]
+                for rid in ids:
+                    n += await client.delete(rid)
             except NodeError as e:
-                if required:
-                    unreachable.append(f"f{i:02d} on {nid}: {e}")
-                return False
+                unreachable.append(f"{client.id}: {e}")
+            return n
 
-        missing = set(layout.missing)
-        targets = [(i, n, i not in missing) for i, n in layout.placement.items()]
-        # repair may have put a missing fragment on a handoff node: look there too
-        holders = set(layout.placement.values())
-        spare = [n for n in self.placement.ranked(layout.part_uid) if n not in holders]
-        targets += [(i, n, False) for i in layout.missing for n in spare]
-        done = await asyncio.gather(*(rm(*t) for t in targets))
+        done = await asyncio.gather(*(rm(c) for c in self.clients.values()))
         if unreachable:
-            raise ErasureError(f"part {layout.part_uid}: {len(unreachable)} archives not deleted "
-                               f"yet ({'; '.join(unreachable)})")
-        self.repair_queue.done(layout.part_uid)
+            raise ErasureError(f"part {part_uid}: archives not deleted yet, nodes not "
+                               f"reached: {'; '.join(unreachable)}")
+        self.repair_queue.done(part_uid)
+        self.deletions.end(part_uid)
         return sum(done)
 
     async def scan(self, prefix: str = "") -> list[ScannedPart]:

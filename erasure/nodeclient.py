@@ -317,6 +317,25 @@ class NodeClient:
                 raise await self._error(resp)
             return await resp.json(content_type=None)
 
+    async def damage(self) -> list[dict]:
+        """Records the node's scrubber found damaged (`GET /v1/damage`): dicts with id, drive,
+        seq, length, error. [] from a node without a scrubber (404)."""
+        path = "/v1/damage"
+        try:
+            async with await self._send("damage", "GET", path,
+                                        headers=self._headers("GET", path, {}, b""),
+                                        timeout=self._timeout()) as resp:
+                if resp.status == 404:
+                    return []
+                if resp.status != 200:
+                    raise await self._error(resp)
+                body = await resp.json(content_type=None)
+        except NodeError:
+            raise
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            raise self._down(e) from e
+        return list(body.get("damage") or [])
+
 
 def _head_of(record_id: str, resp: aiohttp.ClientResponse) -> RecordHead:
     crc = resp.headers.get("X-ZG-Crc32c")

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from erasure.cluster import ErasureCluster, ScannedPart
 from erasure.codec import CodecError
-from erasure.layout import PartLayout, archive_id
+from erasure.errors import ErasureError
+from erasure.layout import PartLayout, archive_id, parse_archive_id
 from erasure.nodeclient import NodeError, RecordCorrupt, RecordReader
 from erasure.writer import ArchiveUpload
 
@@ -45,56 +46,129 @@ class RepairReport:
     healthy: int = 0
     unreachable: list[str] = field(default_factory=list)
     deferred: list[tuple[str, int, str]] = field(default_factory=list)  # part, index, node
+    # parts not to rebuild because they are going away: (part, why) - an unfinished deletion
+    # (this cluster's `deletions`) or what the `owner` callback says (a queued orphan, a
+    # pending write)
+    queued: list[tuple[str, str]] = field(default_factory=list)
+    # parts with fewer than k fragments found while nodes that may hold the rest are unreachable
+    waiting: list[tuple[str, str]] = field(default_factory=list)
+    purged: list[str] = field(default_factory=list)  # unfinished deletions finished here
+
+    @property
+    def lost(self) -> bool:
+        """Something is lost or could not be fixed (what `zonegate repair` exits 1 for)."""
+        return bool(self.unrecoverable or self.failed)
+
+
+Owner = Callable[[str], "str | None"]
 
 
 async def find_damage(cluster: ErasureCluster, prefix: str = "", *, deep: bool = False,
                       include_unreachable: bool = False,
-                      progress: Callable[[int, int], None] | None = None) -> tuple[
-                          list[Damage], RepairReport]:
-    """Parts needing repair. A fragment not found whose node could not be listed is probably
-    just on a node that is down for now: it is only rebuilt (elsewhere) when the repair queue
-    names it or `include_unreachable` says the node is gone for good."""
+                      progress: Callable[[int, int], None] | None = None,
+                      owner: Owner | None = None) -> tuple[list[Damage], RepairReport]:
+    """Parts needing repair. A fragment found on no reachable node while some node cannot be
+    listed may just sit on that node (its primary, or the handoff a write or a heal gave it):
+    it is only rebuilt when the repair queue names it as lost or `include_unreachable` says the
+    unreachable nodes are gone for good, so repair never makes a copy of a fragment that is not
+    lost. Parts being deleted are reported in `queued`, not rebuilt: those this cluster began to
+    delete (`cluster.deletions`) and those `owner(part_uid)` names (it returns why, e.g. "queued
+    for deletion" from the gateway's orphan queue, or None for a live part)."""
     report = RepairReport()
     parts = await cluster.scan(prefix)
     report.unreachable = list(cluster.unreachable)
+    scrubbed = await scrub_damage(cluster, prefix)
+    deletions = cluster.deletions.all()
     records = {r.layout.part_uid: r for r in cluster.repair_queue.records()
                if r.layout.part_uid.startswith(prefix)}
     damaged: list[Damage] = []
     for n, p in enumerate(parts):
         rec = records.pop(p.part_uid, None)
+        if progress:
+            progress(n + 1, len(parts))
+        why = "queued for deletion" if p.part_uid in deletions else (
+            owner(p.part_uid) if owner else None)
+        if why:
+            report.queued.append((p.part_uid, why))
+            continue
         expected = rec.layout.placement if rec else dict(
             enumerate(cluster.placement.primary(p.part_uid)))
         reasons = {}
+        maybe = 0  # fragments that may be on unreachable nodes
         for i in range(p.scheme.n):
             if i in p.fragments:
                 continue
-            node = expected.get(i, "")
-            if node in report.unreachable and not include_unreachable and not (
+            if report.unreachable and not include_unreachable and not (
                     rec and i in rec.indexes):
-                report.deferred.append((p.part_uid, i, node))
+                node = expected.get(i, "")
+                report.deferred.append((p.part_uid, i, node if node in report.unreachable
+                                        else "an unreachable node"))
+                maybe += 1
             else:
                 reasons[i] = "missing"
         if rec:
             for i in rec.indexes:
                 reasons.setdefault(i, rec.reason)
+        for i, why in scrubbed.get(p.part_uid, {}).items():
+            if p.fragments.get(i) == [why[0]]:  # the only copy of it is the damaged one
+                reasons.setdefault(i, f"corrupt on {why[0]} (scrub: {why[1]})")
         if deep:
             for i, nodes in p.fragments.items():
                 if i not in reasons and not await _verify(cluster, p, i, nodes[0]):
                     reasons[i] = f"corrupt on {nodes[0]}"
-        if progress:
-            progress(n + 1, len(parts))
-        if not reasons:
-            report.healthy += not any(d[0] == p.part_uid for d in report.deferred)
+        have = len(set(p.fragments) - set(reasons))
+        if have < p.scheme.k:
+            if have + maybe >= p.scheme.k:
+                report.waiting.append((p.part_uid, f"{have} fragments found, {p.scheme.k} "
+                                       f"needed; the rest may be on {report.unreachable}"))
+            else:
+                report.unrecoverable.append((p.part_uid, f"only {have} fragments found, "
+                                             f"{p.scheme.k} needed"))
             continue
-        if len(set(p.fragments) - set(reasons)) < p.scheme.k:
-            report.unrecoverable.append((p.part_uid, f"only {len(p.fragments)} fragments "
-                                         f"found, {p.scheme.k} needed"))
+        if not reasons:
+            report.healthy += not maybe
             continue
         damaged.append(Damage(p, sorted(reasons), reasons, rec.layout if rec else None))
     for uid in records:  # queued parts that no reachable node holds any more (deleted)
         if not report.unreachable:
             cluster.repair_queue.done(uid)
     return damaged, report
+
+
+async def scrub_damage(cluster: ErasureCluster, prefix: str = ""
+                       ) -> dict[str, dict[int, tuple[str, str]]]:
+    """What the nodes' scrubbers found: part uid -> index -> (node, error)."""
+    nodes = [c for c in cluster.clients.values() if c.up]
+    lists = await asyncio.gather(*(c.damage() for c in nodes), return_exceptions=True)
+    out: dict[str, dict[int, tuple[str, str]]] = {}
+    for c, found in zip(nodes, lists, strict=True):
+        if isinstance(found, BaseException):
+            if not isinstance(found, NodeError):
+                raise found
+            continue
+        for d in found:
+            parsed = parse_archive_id(str(d.get("id", "")))
+            if parsed and parsed[0].startswith(prefix):
+                out.setdefault(parsed[0], {})[parsed[1]] = (c.id, str(d.get("error", "")))
+    return out
+
+
+async def heal_scrub_damage(cluster: ErasureCluster) -> int:
+    """Hand what the scrubbers found to the background healer (the cluster's health loop
+    runs this now and then); returns how many parts were queued."""
+    found = await scrub_damage(cluster)
+    n = 0
+    for uid, bad in found.items():
+        if cluster.deletions.known(uid):
+            continue
+        parts = [p for p in await cluster.scan(uid + ".") if p.part_uid == uid]
+        if not parts or cluster.unreachable:
+            continue
+        layout = parts[0].layout()
+        cluster.note_damage(layout, sorted(bad), "scrub: " + "; ".join(
+            f"f{i:02d} on {node}: {err}" for i, (node, err) in sorted(bad.items())))
+        n += 1
+    return n
 
 
 async def _verify(cluster: ErasureCluster, p: ScannedPart, index: int, node: str) -> bool:
@@ -165,6 +239,8 @@ class _SourceFailed(Exception):
 async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[int, str]]
                         ) -> dict[int, str]:
     p = d.part
+    if cluster.deletions.known(p.part_uid):
+        raise PartDeleted(p.part_uid)
     codec = cluster.codec_for(p.scheme)
     alen = codec.archive_length(p.length)
     targets = _targets(cluster, d)
@@ -200,14 +276,19 @@ async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[
             by_index = {codec.fragment_index(f): f for f in rebuilt}
             await asyncio.gather(*(s.feed(by_index[i], cluster.node_timeout)
                                    for i, s in sinks.items()))
-            failed = [f"{i}: {s.error}" for i, s in sinks.items() if not s.alive]
+            failed = [f"{i}: {_why(s)}" for i, s in sinks.items() if not s.alive]
             if failed:
                 raise RuntimeError(f"writing rebuilt fragments failed: {failed}")
         await asyncio.gather(*(s.feed(None, cluster.node_timeout) for s in sinks.values()))
         await asyncio.wait([s.task for s in sinks.values()])
-        failed = [f"{i}: {s.error}" for i, s in sinks.items() if not s.alive]
+        failed = [f"{i}: {_why(s)}" for i, s in sinks.items() if not s.alive]
         if failed:
             raise RuntimeError(f"writing rebuilt fragments failed: {failed}")
+        if cluster.deletions.known(p.part_uid):
+            # Deleted while we rebuilt: the delete's listing may have run before our writes
+            # landed, so remove them here (the deletion record was written before it listed).
+            await _unwrite(cluster, p.part_uid, targets)
+            raise PartDeleted(p.part_uid)
         return targets
     except BaseException:
         for s in sinks.values():
@@ -220,6 +301,28 @@ async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[
             await r.__aexit__(None, None, None)
 
 
+def _why(s: ArchiveUpload) -> str:
+    """A dead upload's error (its done-callback may not have run yet)."""
+    t = s.task
+    if s.error is None and t is not None and t.done() and not t.cancelled():
+        return str(t.exception())
+    return str(s.error)
+
+
+class PartDeleted(RuntimeError):
+    def __init__(self, part_uid: str) -> None:
+        super().__init__(f"part {part_uid} was deleted; not rebuilt")
+
+
+async def _unwrite(cluster: ErasureCluster, part_uid: str, written: dict[int, str]) -> None:
+    for i, node in written.items():
+        try:
+            await cluster.clients[node].delete(archive_id(part_uid, i))
+        except NodeError as e:  # the deletion record stays pending: the sweeper retries
+            log.warning("rebuilt %s on %s after its part was deleted, and could not remove it: "
+                        "%s", archive_id(part_uid, i), node, e)
+
+
 def _stream_of(meta: dict) -> str:
     return str(meta.get("stream") or "repair")
 
@@ -227,12 +330,25 @@ def _stream_of(meta: dict) -> str:
 async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = False,
                  include_unreachable: bool = False, dry_run: bool = False,
                  on_found: Callable[[int], None] | None = None,
-                 on_done: Callable[[str, dict[int, str] | str], None] | None = None
-                 ) -> RepairReport:
-    """Find damaged parts and rebuild them; `on_found(n)` once the scan is done, `on_done(part,
-    index -> node | error)` after each part."""
-    damaged, report = await find_damage(cluster, prefix, deep=deep,
+                 on_done: Callable[[str, dict[int, str] | str], None] | None = None,
+                 owner: Owner | None = None) -> RepairReport:
+    """Find damaged parts and rebuild them, and finish deletions this cluster left unfinished
+    (a node was down); `on_found(n)` once the scan is done, `on_done(part, index -> node |
+    error)` after each part. `owner`: see find_damage."""
+    damaged, report = await find_damage(cluster, prefix, deep=deep, owner=owner,
                                         include_unreachable=include_unreachable)
+    if not dry_run and not report.unreachable:
+        # unfinished deletions, and finished ones whose archives are back (a write whose
+        # answer was lost committed after its abort's delete)
+        deletions = cluster.deletions.all()
+        again = {u for u, _ in report.queued if u in deletions}
+        for uid in sorted(again | {u for u, done in deletions.items() if not done}):
+            if uid.startswith(prefix):
+                try:
+                    await cluster.purge(uid)
+                    report.purged.append(uid)
+                except (NodeError, ErasureError) as e:
+                    log.warning("deletion of %s not finished: %s", uid, e)
     if on_found:
         on_found(len(damaged))
     for d in damaged:
@@ -241,6 +357,9 @@ async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = Fals
             continue
         try:
             written = await _rebuild_all(cluster, d)
+        except PartDeleted as e:
+            report.queued.append((d.part.part_uid, str(e)))
+            continue
         except (NodeError, RuntimeError, ValueError, CodecError) as e:
             report.failed.append((d.part.part_uid, str(e)))
             if on_done:

@@ -113,6 +113,7 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
     validate_record_id(archive_id(part_uid, scheme.n - 1))
     if length < 0:
         raise ValueError(f"negative part length {length}")
+    cluster.deletions.forget(part_uid)
     targets = cluster.targets(part_uid)
     timeout = cluster.node_timeout
     sinks = {i: ArchiveUpload(i, cluster.clients[nid]) for i, nid in enumerate(targets) if nid}
@@ -182,18 +183,26 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
 
 
 async def _abort(cluster: ErasureCluster, part_uid: str, sinks: dict[int, ArchiveUpload]) -> None:
-    """Cancel the uploads, then delete whatever archive a node may already have committed."""
+    """Cancel the uploads, then delete whatever archive a node may already have committed.
+    The deletion is recorded first (`cluster.deletions`) and stays pending unless every node
+    confirmed: a node that committed but whose answer was lost, then could not be reached,
+    leaves an archive that repair reports as queued for deletion (and finishes deleting), and
+    whose owner (the gateway's pending mark) the sweeper resolves - never an unowned one."""
+    cluster.deletions.begin(part_uid)
     for s in sinks.values():
         if s.task and not s.task.done():
             s.task.cancel()
     await asyncio.gather(*(s.task for s in sinks.values() if s.task), return_exceptions=True)
+    failed: list[str] = []
 
     async def rm(s: ArchiveUpload) -> None:
         try:
             await s.client.delete(archive_id(part_uid, s.index))
         except NodeError as e:
-            # the node is gone: if it committed before dying, repair's scan reports the orphan
+            failed.append(s.client.id)
             log.warning("could not delete %s on %s: %s", archive_id(part_uid, s.index),
                         s.client.id, e)
 
     await asyncio.shield(asyncio.gather(*(rm(s) for s in sinks.values())))
+    if not failed:
+        cluster.deletions.end(part_uid)

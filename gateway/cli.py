@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from erasure import cli as erasure_cli
+from gateway import audit as gateway_audit
 from gateway import bucketmarkers as gateway_bucketmarkers
 from gateway import dev as gateway_dev
 from gateway import recover as gateway_recover
@@ -22,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     zonestore_cli.register(sub)
-    erasure_cli.register(sub)
+    erasure_cli.register(sub, owners=gateway_audit.owners_for)
     gateway_dev.register(sub)
     gateway_serve.register(sub)
     gateway_recover.register(sub)

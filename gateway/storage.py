@@ -97,6 +97,10 @@ class CopyBody:
 
 
 PENDING_GRACE = 6 * 3600.0
+# A failed write's leftovers are looked for this long after it failed: time enough for a node
+# still committing an archive whose answer the writer gave up on.
+FAILED_WRITE_DELAY = 60.0
+SWEEP_WHILE_DOWN = 5.0  # seconds between looks at the node states while some are down
 
 
 class Storage:
@@ -135,15 +139,26 @@ class Storage:
             layout = await self.cluster.write_part(uid, body, length=length, stream=stream,
                                                    meta=meta)
         except ErasureError as e:
-            # The writer removed what it wrote: the mark has nothing left to find.
-            store.done_orphans([mark])
+            self._failed(store, uid, mark)
             log.warning("write of %s failed: %s", uid, e)
             raise S3Error("ServiceUnavailable", "Not enough storage nodes answered; "
                           "nothing was stored. Please retry.") from None
         except BaseException:
-            store.done_orphans([mark])
+            self._failed(store, uid, mark)
             raise
         return layout_to_dict(layout), mark
+
+    def _failed(self, store: Any, uid: str, mark: int) -> None:
+        """A write failed: the writer deleted what it could, but a node that committed and
+        whose answer was lost, or that went away before the delete, may still hold an archive.
+        So the mark is never dropped: it is made due soon (a new mark first, then the old one
+        goes: a crash in between leaves two, harmless), and the sweeper's scan for the uid
+        deletes whatever is left."""
+        try:
+            store.queue_orphans([{"part_uid": uid, "pending": True}], delay=FAILED_WRITE_DELAY)
+            store.done_orphans([mark])
+        except Exception:  # the old mark stays: the sweeper resolves it after the grace
+            log.exception("could not reschedule the pending mark of %s", uid)
 
     def _layout(self, d: dict[str, Any]) -> Any:
         from erasure.cluster import PartLayout
@@ -235,21 +250,22 @@ class Storage:
         return rest()
 
     async def delete(self, layout: dict[str, Any]) -> None:
-        if layout.get("pending"):
-            # A write that was never committed: find its archives wherever they landed.
-            uid = layout["part_uid"]
-            for part in await self.cluster.scan(uid + "."):
-                if part.part_uid == uid:
-                    await self.cluster.delete_part(part.layout())
-            if self.cluster.unreachable:
-                raise OSError(f"nodes unreachable: {', '.join(self.cluster.unreachable)}")
-            return
-        await self.cluster.delete_part(self._layout(layout))
+        # A write never committed (a pending mark), or a committed part's layout: either way
+        # its archives are looked for on every node (the layout may not know a healer's
+        # copies); raises while a node cannot be asked, so the entry is retried.
+        await self.cluster.purge(layout["part_uid"])
 
     async def sweep_orphans(self, store: Any, batch: int = 100) -> int:
         """Delete the fragments queued in the store's orphan queue; entries whose deletion
-        fails stay leased and come back later."""
+        fails stay leased and come back later. Nothing is claimed while a node is down."""
         freed = 0
+        down = getattr(self.cluster, "down_nodes", None)
+        if down is not None and down():
+            # Every purge would fail (any node may hold a copy) and lease its entry for
+            # minutes: leave the queue alone until the nodes are back, polling gently (the
+            # sweep loop calls again at once while entries are due).
+            await asyncio.sleep(SWEEP_WHILE_DOWN)
+            return 0
         while True:
             entries = store.claim_orphans(batch)
             if not entries:

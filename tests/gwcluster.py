@@ -42,10 +42,11 @@ class Gateway:
 
     def __init__(self, root: Path, *, nodes: int = 6, k: int = 4, m: int = 2,
                  workers: int = 1, segment_size: int = 1024 * 1024,
-                 gateway_options: dict[str, Any] | None = None) -> None:
+                 gateway_options: dict[str, Any] | None = None,
+                 geometry: Any = None) -> None:
         self.root = Path(root)
         self.nodes = NodeCluster(self.root / "nodes", nodes, drives_per_node=1,
-                                 secret="gw-test-secret")
+                                 secret="gw-test-secret", geometry=geometry)
         self.k, self.m, self.workers, self.segment_size = k, m, workers, segment_size
         self.gateway_options = dict(gateway_options or {})
         self.port = 0

@@ -204,12 +204,14 @@ async def test_node_killed_mid_write_then_repair_restores_fragment(
         # a rerun rebuilds nothing: the fragments it cannot see are on nodes that are down
         report = await repair(cluster, "kill0001")
         assert report.fixed == [] and sorted(i for _, i, _ in report.deferred) == [0, 5]
-        # deleting with nodes down fails (to be retried), then removes every copy, the
-        # handoff's rebuilt fragment included, which the gateway's layout does not name
+        # deleting with nodes down fails (to be retried: any node may hold a copy), then
+        # removes every copy, the handoff's rebuilt fragment included, which the gateway's
+        # layout does not name
         with pytest.raises(ErasureError, match="not deleted yet"):
             await cluster.delete_part(layout)
         for i in (0, 5):
             nodes.restart(nodes.ids.index(layout.placement[i]))
+        nodes.restart(nodes.ids.index(victim))
         await cluster.check_health()
         await cluster.delete_part(layout)
         assert await cluster.scan("kill0001") == []

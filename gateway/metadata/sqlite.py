@@ -503,3 +503,30 @@ class SqliteStore(MetadataStore):
 
     def orphan_count(self) -> int:
         return self._conn().execute("SELECT COUNT(*) FROM orphans").fetchone()[0]
+
+    # -- fragment audit -------------------------------------------------------------------
+    def part_owners(self) -> dict[str, str]:
+        """Every part uid something here owns -> what: "live" (an object's part or manifest,
+        an upload's part, a bucket's marker), "pending write" or "queued for deletion" (the
+        orphan queue). For the fragment audit (gateway/audit.py)."""
+        from gateway.bucketmarkers import marker_uid
+        out: dict[str, str] = {}
+        c = self._conn()
+        c.execute("BEGIN")  # one snapshot of every table
+        try:
+            for (layout,) in c.execute("SELECT layout FROM orphans"):
+                d = json.loads(layout)
+                out[d.get("part_uid", "")] = ("pending write" if d.get("pending")
+                                              else "queued for deletion")
+            for parts, manifest in c.execute("SELECT parts, manifest FROM objects"):
+                for p in json.loads(parts):
+                    out[p["layout"]["part_uid"]] = "live"
+                if manifest:
+                    out[json.loads(manifest)["part_uid"]] = "live"
+            for (layout,) in c.execute("SELECT layout FROM parts"):
+                out[json.loads(layout)["part_uid"]] = "live"
+            for name, created in c.execute("SELECT name, created FROM buckets"):
+                out[marker_uid(name, created)] = "live"
+        finally:
+            c.execute("COMMIT")
+        return out

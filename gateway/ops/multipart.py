@@ -265,7 +265,9 @@ async def complete_upload(req: S3Request) -> Response:
         yield manifest
 
     rec.manifest, mark = await req.gw.storage.write(
-        req.gw.store, part_uid(up.upload_id, MANIFEST_PART), one(), length=len(manifest),
+        # a fresh uid per attempt: a retried Complete must not reuse the uid of a failed
+        # write, whose pending mark makes the sweeper delete whatever carries it
+        req.gw.store, part_uid(new_version(), MANIFEST_PART), one(), length=len(manifest),
         stream=up.upload_id, meta=lambda _: {"kind": "manifest", "upload": up.upload_id,
                                              "object": object_meta(rec)})
     try:

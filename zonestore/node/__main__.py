@@ -9,6 +9,8 @@ from pathlib import Path
 
 from zonestore.emulated import Geometry
 from zonestore.logsetup import configure
+from zonestore.node.scrub import DEFAULT_INTERVAL as SCRUB_INTERVAL
+from zonestore.node.scrub import DEFAULT_RATE as SCRUB_RATE
 from zonestore.node.server import DriveError, run_node
 from zonestore.node.state import DEFAULT_MAX_RECORD_SIZE
 
@@ -50,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest record payload accepted, bytes (default 6 GiB)")
     p.add_argument("--reclaim-interval", type=float, default=5.0,
                    help="seconds between background reclaim passes per drive (0 = off)")
+    p.add_argument("--scrub-rate", type=float, default=SCRUB_RATE,
+                   help="bytes/s the scrubber re-reads to check every record (0 = off)")
+    p.add_argument("--scrub-interval", type=float, default=SCRUB_INTERVAL,
+                   help="seconds of rest between scrub passes")
     p.add_argument("--open-metrics", choices=("loopback", "any", "signed"), default="loopback",
                    help="who may read /metrics and /health/ready without a signature")
     p.add_argument("--port-file", default=None, help="write the bound port here once listening")
@@ -75,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                  index_dir=Path(args.index_dir) if args.index_dir else None,
                  max_record_size=args.max_record_size,
                  reclaim_interval=args.reclaim_interval, open_metrics=args.open_metrics,
+                 scrub_rate=args.scrub_rate, scrub_interval=args.scrub_interval,
                  port_file=Path(args.port_file) if args.port_file else None)
     except DriveError as exc:
         print(f"zonestore.node: {exc}", file=sys.stderr)

@@ -39,6 +39,9 @@ from zonestore.node.errors import error_response, json_error
 from zonestore.node.fastput import Delegate, LeanServer
 from zonestore.node.handlers import add_routes
 from zonestore.node.metrics import NodeMetrics
+from zonestore.node.scrub import DEFAULT_INTERVAL as SCRUB_INTERVAL
+from zonestore.node.scrub import DEFAULT_RATE as SCRUB_RATE
+from zonestore.node.scrub import SCRUBBER, add_scrubber
 from zonestore.node.state import DEFAULT_MAX_RECORD_SIZE, MAX_META_SIZE, STATE, NodeState
 from zonestore.nodeauth import DEFAULT_WINDOW
 from zonestore.opener import open_device
@@ -92,6 +95,8 @@ class NodeOptions:
     shutdown_timeout: float = 30.0
     log_tuning: dict[str, Any] = field(default_factory=dict)  # passed to ZoneLog.open (the
     # node runs reclaim itself, so the log's own background loop is turned off)
+    scrub_rate: float = SCRUB_RATE  # bytes/s the scrubber re-reads (zonestore/node/scrub.py)
+    scrub_interval: float = SCRUB_INTERVAL  # seconds of rest between scrub passes
 
 
 def _index_path(drive: Path, index: int, node_id: str, index_dir: Path | None) -> Path:
@@ -275,6 +280,7 @@ def build_app(state: NodeState, secret: bytes, options: NodeOptions) -> web.Appl
                                               window=options.auth_window,
                                               node_id=state.node_id)
     add_routes(app)
+    add_scrubber(app, state, options.scrub_rate, options.scrub_interval)
     return app
 
 
@@ -374,6 +380,9 @@ class NodeServer:
             for i, lg in enumerate(logs):
                 self._tasks.append(asyncio.create_task(self._reclaim_loop(i, lg),
                                                        name=f"reclaim-d{i}"))
+        if self._runner is not None:
+            self._tasks.append(asyncio.create_task(self._runner.app[SCRUBBER].run(),
+                                                   name="scrub"))
         self._ready.set()
         log.info("node %s ready", self.node_id)
 

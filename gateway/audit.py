@@ -1,0 +1,46 @@
+"""The gateway's side of the fragment audit and of `zonegate repair`: who owns each part.
+
+`owners_for(config)` opens the gateway's metadata store read-mostly and returns a function
+giving a fresh snapshot (part uid -> "live" | "pending write" | "queued for deletion"); the
+erasure layer's audit and repair take it, so that parts the gateway is about to delete are
+"queued for deletion", not "unrecoverable".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gateway.metadata import open_store, store_path
+
+
+class Owners:
+    def __init__(self, path: str | Path) -> None:
+        self.store = open_store(path)
+        self._snap: dict[str, str] | None = None
+
+    def snapshot(self) -> dict[str, str]:
+        self._snap = self.store.part_owners()
+        return self._snap
+
+    def why_not_rebuilt(self, part_uid: str) -> str | None:
+        """For repair: why this part should not be rebuilt (it is going away), or None."""
+        snap = self._snap if self._snap is not None else self.snapshot()
+        what = snap.get(part_uid)
+        return None if what in (None, "live") else what
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def owners_for(config: Any) -> Owners | None:
+    """The owners of the gateway whose metadata store `config` names, None if it has none
+    here (repair run on a machine without the gateway)."""
+    path = store_path(dict(getattr(config, "gateway", None) or {}))
+    if str(path) != ":memory:" and not Path(path).exists():
+        return None
+    return Owners(path)
+
+
+OwnersFactory = Callable[[Any], "Owners | None"]

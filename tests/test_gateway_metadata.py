@@ -1,7 +1,9 @@
-"""The SQLite metadata store: migrations, S3 listing order and rollups, orphan queue."""
+"""Both metadata stores (SQLite, PostgreSQL): migrations, S3 listing order and rollups, orphan
+queue."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 import pytest
@@ -10,11 +12,16 @@ from gateway.metadata import (
     BucketRecord,
     ObjectRecord,
     PartRecord,
-    SqliteStore,
     UploadRecord,
+    postgres,
+    sqlite,
 )
-from gateway.metadata.sqlite import MIGRATIONS, prefix_end
+from gateway.metadata.keys import prefix_end
 from gateway.metadata.store import BucketNotEmptyError, UploadChangedError
+from tests import storebackends
+
+# the fixtures (both backends)
+pg_server, stores = storebackends.pg_server, storebackends.stores
 
 
 def obj(key: str, version: str = "v1", layout_uid: str | None = None) -> ObjectRecord:
@@ -24,36 +31,51 @@ def obj(key: str, version: str = "v1", layout_uid: str | None = None) -> ObjectR
                                                  "layout": {"part_uid": uid}}])
 
 
+def migrations(stores) -> list[str]:
+    return (sqlite if stores.backend == "sqlite" else postgres).MIGRATIONS
+
+
 @pytest.fixture
-async def store(tmp_path):
-    s = SqliteStore(tmp_path / "meta.sqlite")
+async def store(stores):
+    s = await stores.open()
     await s.create_bucket(BucketRecord("bkt", "alice", 1.0))
-    yield s
-    await s.close()
+    return s
 
 
-async def test_schema_is_versioned_and_reopens(tmp_path):
-    p = tmp_path / "m.sqlite"
-    s = SqliteStore(p)
-    assert await s.schema_version() == len(MIGRATIONS)
+async def test_schema_is_versioned_and_reopens(stores):
+    target = stores.new_target()
+    s = await stores.open(target)
+    assert await s.schema_version() == len(migrations(stores)) >= 1
     await s.create_bucket(BucketRecord("bkt", "alice", 1.0))
     await s.close()
-    s2 = SqliteStore(p)
+    s2 = await stores.open(target)
     assert (await s2.get_bucket("bkt")).owner == "alice"
-    assert await s2.schema_version() == len(MIGRATIONS)
-    await s2.close()
-    assert sqlite3.connect(p).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert await s2.schema_version() == len(migrations(stores))
+    if stores.backend == "sqlite":
+        assert sqlite3.connect(target).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-async def test_newer_schema_is_refused(tmp_path):
-    p = tmp_path / "m.sqlite"
-    await SqliteStore(p).close()
-    c = sqlite3.connect(p)
-    c.execute("UPDATE schema_version SET version=99")
-    c.commit()
-    c.close()
+async def test_newer_schema_is_refused(stores):
+    target = stores.new_target()
+    await (await stores.open(target)).close()
+    if stores.backend == "sqlite":
+        c = sqlite3.connect(target)
+        c.execute("UPDATE schema_version SET version=99")
+        c.commit()
+        c.close()
+    else:
+        stores.server.psql("INSERT INTO zonegate_schema VALUES (99, 0)", db=target.rsplit("/", 1)[1])
     with pytest.raises(ValueError, match="newer"):
-        SqliteStore(p)
+        await stores.open(target)
+
+
+async def test_two_stores_migrating_at_once_agree(stores):
+    """Gateways starting together on one empty store: one creates the schema, none fails."""
+    target = stores.new_target()
+    opened = await asyncio.gather(*(stores.open(target) for _ in range(4)))
+    assert [await s.schema_version() for s in opened] == [len(migrations(stores))] * 4
+    assert await opened[0].create_bucket(BucketRecord("b", "alice", 1.0)) is None
+    assert (await opened[3].get_bucket("b")).owner == "alice"
 
 
 async def test_bucket_create_is_idempotent_and_delete_needs_empty(store):

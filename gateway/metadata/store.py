@@ -13,6 +13,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.errors import S3Error
+
 
 @dataclass
 class BucketRecord:
@@ -91,6 +93,20 @@ class BucketNotEmptyError(Exception):
 
 class UploadChangedError(Exception):
     """A completing upload was aborted, or one of its parts replaced, meanwhile."""
+
+
+class StoreUnavailableError(S3Error):
+    """The metadata database does not answer (lost, restarting, overloaded). Nothing of the
+    transaction was applied, or its commit's answer was lost; S3 clients see 503 SlowDown and
+    retry. str() is the reason, for logs and /health/ready."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("SlowDown", "The metadata store is not reachable right now; "
+                         "please retry.")
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return self.detail
 
 
 class MetadataStore(abc.ABC):

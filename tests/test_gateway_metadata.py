@@ -175,3 +175,52 @@ async def test_list_uploads_orders_and_paginates(store):
     assert [u.upload_id for u in page3.items] == ["u2", "u0", "u3", "u4"]
     assert await store.abort_upload("u0")
     assert not await store.abort_upload("u0")
+
+
+# ---- concurrent commits from several stores on one database (several gateways / workers) ---
+
+async def _several(stores, n: int = 4):
+    target = stores.new_target()
+    opened = [await stores.open(target) for _ in range(n)]
+    await opened[0].create_bucket(BucketRecord("bkt", "alice", 1.0))
+    return opened
+
+
+async def test_racing_conditional_puts_exactly_one_wins(stores):
+    many = await _several(stores)
+    results = await asyncio.gather(*(s.put_object(obj("k", f"v{i}"), if_absent=True)
+                                     for i, s in enumerate(many * 3)))
+    assert sum(r is None for r in results) == 1
+    winner = (await many[0].get_object("bkt", "k")).version
+    assert all(r.version == winner for r in results if r is not None)
+    # If-Match on the winner's version: again exactly one, and only its old data is queued
+    results = await asyncio.gather(*(s.put_object(obj("k", f"w{i}"), if_version=winner)
+                                     for i, s in enumerate(many * 3)))
+    assert sum(r is None for r in results) == 1
+    assert [e.layout["part_uid"] for e in await many[1].claim_orphans()] == [f"{winner}.p1"]
+
+
+async def test_racing_part_uploads_leak_nothing(stores):
+    many = await _several(stores)
+    await many[0].create_upload(UploadRecord("u1", "bkt", "k", "alice", 1.0))
+    ok = await asyncio.gather(*(s.put_part(PartRecord("u1", 1, 10, f"e{i}", 1.0,
+                                                      {"part_uid": f"x{i}.p1"}))
+                                for i, s in enumerate(many * 3)))
+    assert all(ok)
+    kept = [p.layout["part_uid"] for p in await many[0].list_parts("u1")]
+    freed = [e.layout["part_uid"] for e in await many[0].claim_orphans(100)]
+    assert len(kept) == 1 and len(freed) == 11
+    assert sorted(kept + freed) == sorted(f"x{i}.p1" for i in range(12))
+
+
+async def test_racing_sweepers_never_claim_the_same_entry(stores):
+    many = await _several(stores)
+    ids = await many[0].queue_orphans([{"part_uid": f"o{i}"} for i in range(60)])
+    claimed: list[int] = []
+
+    async def sweep(s):
+        while batch := await s.claim_orphans(limit=7):
+            claimed.extend(e.id for e in batch)
+            await asyncio.sleep(0)
+    await asyncio.gather(*(sweep(s) for s in many))
+    assert sorted(claimed) == sorted(ids)  # each entry exactly once

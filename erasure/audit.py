@@ -15,7 +15,7 @@ reported if its archives are still there and still nobody owns it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from erasure.cluster import ErasureCluster, ScannedPart
@@ -41,12 +41,12 @@ class AuditReport:
                 + (f"; could not list {', '.join(self.unreachable)}" if self.unreachable else ""))
 
 
-async def audit(cluster: ErasureCluster, owners: Callable[[], dict[str, str]],
+async def audit(cluster: ErasureCluster, owners: Callable[[], Awaitable[dict[str, str]]],
                 prefix: str = "") -> AuditReport:
     report = AuditReport()
     parts = await cluster.scan(prefix)
     report.unreachable = list(cluster.unreachable)
-    snapshot = owners()
+    snapshot = await owners()
     suspects: list[ScannedPart] = []
     for p in parts:
         report.parts += 1
@@ -58,7 +58,7 @@ async def audit(cluster: ErasureCluster, owners: Callable[[], dict[str, str]],
         else:
             suspects.append(p)
     if suspects:
-        again = owners()
+        again = await owners()
         for p in suspects:
             what = again.get(p.part_uid) or _erasure_owner(cluster, p.part_uid)
             if not what:

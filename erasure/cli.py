@@ -98,6 +98,8 @@ async def _repair(cfg: ClusterConfig, args: argparse.Namespace) -> int:
     console = Console(stderr=False, highlight=False)
     owners = OWNERS(cfg) if OWNERS else None
     try:
+        if owners is not None:
+            await owners.start()
         async with ErasureCluster(cfg, state_dir=args.state_dir, health_interval=0,
                                   auto_repair=False) as cluster:
             report = await _run_repair(console, cluster, args, repair, owners)
@@ -114,7 +116,7 @@ async def _repair(cfg: ClusterConfig, args: argparse.Namespace) -> int:
                 leaks = not a.clean
     finally:
         if owners is not None:
-            owners.close()
+            await owners.close()
     for part, why in report.failed if args.dry_run else []:
         console.print(f"{part}: {why}")
     for part, why in report.unrecoverable:
@@ -157,7 +159,7 @@ async def _run_repair(console: Console, cluster: Any, args: argparse.Namespace, 
             progress.advance(task)
 
         if owners is not None:
-            owners.snapshot()
+            await owners.snapshot()
         return await repair(cluster, args.prefix, deep=args.deep, dry_run=args.dry_run,
                             include_unreachable=args.include_unreachable,
                             on_found=found, on_done=done,

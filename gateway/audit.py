@@ -12,35 +12,39 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.metadata import open_store, store_path
+from gateway.metadata import is_database_url, store_from_config, store_path
 
 
 class Owners:
-    def __init__(self, path: str | Path) -> None:
-        self.store = open_store(path)
+    def __init__(self, gateway_config: dict[str, Any]) -> None:
+        self.store = store_from_config(gateway_config)
         self._snap: dict[str, str] | None = None
 
-    def snapshot(self) -> dict[str, str]:
-        self._snap = self.store.part_owners()
+    async def start(self) -> None:
+        await self.store.start()
+
+    async def snapshot(self) -> dict[str, str]:
+        self._snap = await self.store.part_owners()
         return self._snap
 
     def why_not_rebuilt(self, part_uid: str) -> str | None:
-        """For repair: why this part should not be rebuilt (it is going away), or None."""
-        snap = self._snap if self._snap is not None else self.snapshot()
-        what = snap.get(part_uid)
+        """For repair: why this part should not be rebuilt (it is going away), or None; from
+        the last snapshot (take one first)."""
+        what = (self._snap or {}).get(part_uid)
         return None if what in (None, "live") else what
 
-    def close(self) -> None:
-        self.store.close()
+    async def close(self) -> None:
+        await self.store.close()
 
 
 def owners_for(config: Any) -> Owners | None:
     """The owners of the gateway whose metadata store `config` names, None if it has none
-    here (repair run on a machine without the gateway)."""
-    path = store_path(dict(getattr(config, "gateway", None) or {}))
-    if str(path) != ":memory:" and not Path(path).exists():
+    here (repair run on a machine without the gateway's SQLite file)."""
+    gw = dict(getattr(config, "gateway", None) or {})
+    path = store_path(gw)
+    if not is_database_url(str(path)) and str(path) != ":memory:" and not Path(path).exists():
         return None
-    return Owners(path)
+    return Owners(gw)
 
 
 OwnersFactory = Callable[[Any], "Owners | None"]

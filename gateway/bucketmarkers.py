@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from erasure.errors import ErasureError
-from gateway.metadata import BucketRecord, open_store, store_path
+from gateway.metadata import BucketRecord, store_from_config
 
 log = logging.getLogger("zonegate.bucketmarkers")
 
@@ -128,7 +128,7 @@ async def delete_marker(cluster: Any, store: Any, rec: BucketRecord) -> bool:
     """Remove the bucket's marker from every node. Returns False when some node could not be
     reached: the removal then stays queued for the orphan sweeper (which retries it)."""
     uid = marker_uid(rec.name, rec.created)
-    mark = store.queue_orphans([{"part_uid": uid, "pending": True}], delay=RETRY_DELAY)[0]
+    mark = (await store.queue_orphans([{"part_uid": uid, "pending": True}], delay=RETRY_DELAY))[0]
     try:
         parts = await cluster.scan(uid + ".")
         unreachable = list(cluster.unreachable)  # read before any other task scans
@@ -144,7 +144,7 @@ async def delete_marker(cluster: Any, store: Any, rec: BucketRecord) -> bool:
         log.warning("marker of deleted bucket %s not removed yet: nodes unreachable: %s",
                     rec.name, ", ".join(unreachable))
         return False
-    store.done_orphans([mark])
+    await store.done_orphans([mark])
     return True
 
 
@@ -164,7 +164,7 @@ async def ensure_markers(store: Any, cluster: Any, found: FoundMarkers | None = 
     if found is None:
         found = find_markers(await cluster.scan(PREFIX))
     report = EnsureReport()
-    buckets = store.list_buckets()
+    buckets = await store.list_buckets()
     task = progress.add_task("checking bucket markers", total=len(buckets)) if progress else None
     for rec in buckets:
         if progress:
@@ -193,22 +193,21 @@ def cmd_bucket_markers(args: argparse.Namespace) -> int:
     from erasure.cluster import ErasureCluster
     from erasure.config import ClusterConfig
     config = ClusterConfig.load(args.config)
-    store = open_store(store_path(config.gateway))
+    store = store_from_config(config.gateway)
 
     async def run(prog: Any) -> EnsureReport:
         cluster = ErasureCluster(config, health_interval=0, auto_repair=False)
-        await cluster.start()
         try:
+            await store.start()
+            await cluster.start()
             return await ensure_markers(store, cluster, progress=prog)
         finally:
             await cluster.close()
+            await store.close()
 
     from zonestore.progress import progress
-    try:
-        with progress() as prog:
-            report = asyncio.run(run(prog))
-    finally:
-        store.close()
+    with progress() as prog:
+        report = asyncio.run(run(prog))
     print(f"wrote {len(report.written)} bucket markers; {report.present} buckets already had "
           "one")
     for f in report.failed:

@@ -139,6 +139,16 @@ def _tls_from_config(args: argparse.Namespace, config_path: str) -> None:
             setattr(args, key, os.path.join(base, str(gw[key])))
 
 
+def _check_metadata(config_path: str) -> None:
+    """Reach the metadata store (and create or upgrade its schema) once, before the workers
+    start: a database that is unreachable is one line naming the setting, and exit 1."""
+    import asyncio
+
+    from erasure.config import ClusterConfig
+    from gateway.metadata import check_store
+    asyncio.run(check_store(ClusterConfig.load(config_path).gateway))
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the S3 gateway")
     p.add_argument("--config", required=True, help="cluster config (TOML)")
@@ -176,6 +186,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.metrics import prepare_multiprocess
     prepare_multiprocess(_metrics_dir())  # before the workers start: /metrics merges them
     from gateway.app import Gateway  # noqa: F401 - import errors surface before forking
+    _check_metadata(config_path)
     os.environ[CONFIG_ENV] = config_path
     from gateway.tls import run_uvicorn
     from zonestore.logsetup import configure, dict_config

@@ -133,30 +133,31 @@ class Storage:
                     ) -> tuple[dict[str, Any], int]:
         """Write a part; returns its layout and the pending mark to release at commit."""
         from erasure.errors import ErasureError
-        mark = (await asyncio.to_thread(store.queue_orphans, [{"part_uid": uid, "pending": True}],
-                                        delay=self.pending_grace))[0]
+        mark = (await store.queue_orphans([{"part_uid": uid, "pending": True}],
+                                          delay=self.pending_grace))[0]
         try:
             layout = await self.cluster.write_part(uid, body, length=length, stream=stream,
                                                    meta=meta)
         except ErasureError as e:
-            self._failed(store, uid, mark)
+            await self._failed(store, uid, mark)
             log.warning("write of %s failed: %s", uid, e)
             raise S3Error("ServiceUnavailable", "Not enough storage nodes answered; "
                           "nothing was stored. Please retry.") from None
         except BaseException:
-            self._failed(store, uid, mark)
+            await self._failed(store, uid, mark)
             raise
         return layout_to_dict(layout), mark
 
-    def _failed(self, store: Any, uid: str, mark: int) -> None:
+    async def _failed(self, store: Any, uid: str, mark: int) -> None:
         """A write failed: the writer deleted what it could, but a node that committed and
         whose answer was lost, or that went away before the delete, may still hold an archive.
         So the mark is never dropped: it is made due soon (a new mark first, then the old one
         goes: a crash in between leaves two, harmless), and the sweeper's scan for the uid
         deletes whatever is left."""
         try:
-            store.queue_orphans([{"part_uid": uid, "pending": True}], delay=FAILED_WRITE_DELAY)
-            store.done_orphans([mark])
+            await store.queue_orphans([{"part_uid": uid, "pending": True}],
+                                      delay=FAILED_WRITE_DELAY)
+            await store.done_orphans([mark])
         except Exception:  # the old mark stays: the sweeper resolves it after the grace
             log.exception("could not reschedule the pending mark of %s", uid)
 
@@ -267,7 +268,7 @@ class Storage:
             await asyncio.sleep(SWEEP_WHILE_DOWN)
             return 0
         while True:
-            entries = store.claim_orphans(batch)
+            entries = await store.claim_orphans(batch)
             if not entries:
                 return freed
             done: list[int] = []
@@ -280,7 +281,7 @@ class Storage:
                     raise
                 except Exception as ex:  # a node down: try again after the lease
                     log.warning("orphan %s not deleted yet: %s", e.layout.get("part_uid"), ex)
-            store.done_orphans(done)
+            await store.done_orphans(done)
             if len(entries) < batch:
                 return freed
 

@@ -224,17 +224,19 @@ def run_audit(g: Gateway) -> AuditReport:
             async with ErasureCluster(cfg, health_interval=0, auto_repair=False) as c:
                 return await audit(c, store.part_owners)
         finally:
-            store.close()
+            await store.close()
     return asyncio.run(go())
 
 
 def nothing_due(g: Gateway) -> bool:
-    store = SqliteStore(g.meta_path)
-    try:
-        due = store.next_due()
-        return due is None or due > time.time()
-    finally:
-        store.close()
+    async def go() -> bool:
+        store = SqliteStore(g.meta_path)
+        try:
+            due = await store.next_due()
+            return due is None or due > time.time()
+        finally:
+            await store.close()
+    return asyncio.run(go())
 
 
 @dataclass

@@ -178,11 +178,11 @@ async def test_failed_write_keeps_its_pending_mark_for_the_sweeper(nodes, config
         # the sweeper, once it is due, looks for the part on every node
         store._conn().execute("UPDATE orphans SET due = 0")
         assert await storage.sweep_orphans(store) == 1
-        assert store.orphan_count() == 0
+        assert await store.orphan_count() == 0
         assert await where(c, "fail0004.p1") == {}
         rep = await audit(c, store.part_owners)
         assert rep.unowned == {} and rep.unreachable == []
-    store.close()
+    await store.close()
 
 
 async def test_node_return_drains_the_repair_queue_and_finishes_deletions(nodes, config,
@@ -239,7 +239,7 @@ async def test_zonegate_repair_tells_queued_for_deletion_from_lost(nodes, config
         "erasure": {"k": 4, "m": 2, "state_dir": str(tmp_path / "state")},  # as `config`
         "nodes": [{"id": nid, "url": url} for nid, url in zip(nodes.ids, nodes.urls,
                                                               strict=True)]})
-    SqliteStore(meta).close()  # an empty gateway store: nothing owns the part but the delete
+    await SqliteStore(meta).close()  # an empty gateway store: nothing owns the part but the delete
     uid, data = "cli00006.p1", os.urandom(150_000)
     async with ErasureCluster(config, auto_repair=False, health_interval=0) as c:
         layout = await put(c, uid, data)

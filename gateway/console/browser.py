@@ -23,10 +23,10 @@ PRESIGN_SECONDS = 300
 MAX_KEYS = 1000
 
 
-def _bucket(gw: Any, user: str, name: str) -> Any:
+async def _bucket(gw: Any, user: str, name: str) -> Any:
     if not name:
         raise S3Error("InvalidBucketName")
-    b = gw.store.get_bucket(name)
+    b = await gw.store.get_bucket(name)
     if b is None:
         raise S3Error("NoSuchBucket")
     if b.owner != user:
@@ -34,16 +34,16 @@ def _bucket(gw: Any, user: str, name: str) -> Any:
     return b
 
 
-def list_buckets(gw: Any, user: str) -> dict[str, Any]:
+async def list_buckets(gw: Any, user: str) -> dict[str, Any]:
     return {"buckets": [{"name": b.name, "created": b.created, "region": b.region}
-                        for b in gw.store.list_buckets(owner=user)]}
+                        for b in await gw.store.list_buckets(owner=user)]}
 
 
-def list_objects(gw: Any, user: str, bucket: str, prefix: str = "", delimiter: str = "",
+async def list_objects(gw: Any, user: str, bucket: str, prefix: str = "", delimiter: str = "",
                  after: str = "", limit: int = MAX_KEYS) -> dict[str, Any]:
-    _bucket(gw, user, bucket)
+    await _bucket(gw, user, bucket)
     limit = max(1, min(MAX_KEYS, limit))
-    page = gw.store.list_objects(bucket, prefix, delimiter, after, limit)
+    page = await gw.store.list_objects(bucket, prefix, delimiter, after, limit)
     return {"bucket": bucket, "prefix": prefix, "delimiter": delimiter,
             "objects": [{"key": o.key, "size": o.size, "etag": o.etag,
                          "last_modified": o.last_modified} for o in page.items],
@@ -51,9 +51,9 @@ def list_objects(gw: Any, user: str, bucket: str, prefix: str = "", delimiter: s
             "next": page.next_marker if page.truncated else None}
 
 
-def object_details(gw: Any, user: str, bucket: str, key: str) -> dict[str, Any]:
-    _bucket(gw, user, bucket)
-    o = gw.store.get_object(bucket, key)
+async def object_details(gw: Any, user: str, bucket: str, key: str) -> dict[str, Any]:
+    await _bucket(gw, user, bucket)
+    o = await gw.store.get_object(bucket, key)
     if o is None:
         raise S3Error("NoSuchKey")
     parts = []

@@ -206,24 +206,24 @@ class Console:
         return self.gw.users[s.access_key]
 
     async def buckets(self, request: Request, s: Session) -> Response:
-        return _json(browser.list_buckets(self.gw, self._user(s).name))
+        return _json(await browser.list_buckets(self.gw, self._user(s).name))
 
     async def objects(self, request: Request, s: Session) -> Response:
         q = request.query_params
-        return _json(browser.list_objects(self.gw, self._user(s).name, q.get("bucket", ""),
+        return _json(await browser.list_objects(self.gw, self._user(s).name, q.get("bucket", ""),
                                           q.get("prefix", ""), q.get("delimiter", ""),
                                           q.get("after", "")))
 
     async def object(self, request: Request, s: Session) -> Response:
         q = request.query_params
-        return _json(browser.object_details(self.gw, self._user(s).name, q.get("bucket", ""),
+        return _json(await browser.object_details(self.gw, self._user(s).name, q.get("bucket", ""),
                                             q.get("key", "")))
 
     async def presign(self, request: Request, s: Session) -> Response:
         q = request.query_params
         user = self._user(s)
         bucket, key = q.get("bucket", ""), q.get("key", "")
-        browser.object_details(self.gw, user.name, bucket, key)  # exists and is theirs
+        await browser.object_details(self.gw, user.name, bucket, key)  # exists and is theirs
         host = request.headers.get("host") or "localhost"
         url = browser.presign_get(scheme=request.url.scheme, host=host, bucket=bucket, key=key,
                                   access_key=s.access_key, secret_key=user.secret_key,

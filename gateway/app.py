@@ -88,6 +88,7 @@ class Gateway:
         self._kick.set()
 
     async def start(self) -> None:
+        await self.store.start()
         await self.storage.start()
         self._sweeper = asyncio.create_task(self._sweep_loop())
 
@@ -97,12 +98,12 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._sweeper
         await self.storage.close()
-        self.store.close()
+        await self.store.close()
 
     async def sweep_once(self) -> int:
         """Abort abandoned uploads, then delete queued orphan fragments. Returns parts freed."""
-        for upload_id in self.store.stale_uploads(time.time() - self.upload_ttl):
-            self.store.abort_upload(upload_id)
+        for upload_id in await self.store.stale_uploads(time.time() - self.upload_ttl):
+            await self.store.abort_upload(upload_id)
         return await self.storage.sweep_orphans(self.store)
 
     async def _sweep_loop(self) -> None:
@@ -115,7 +116,7 @@ class Gateway:
             except Exception:
                 log.exception("orphan sweep failed; will retry")
             # Sleep until the next queued deletion is due (or a commit wakes us).
-            due = self.store.next_due()
+            due = await self.store.next_due()
             wait = SWEEP_INTERVAL if due is None else min(SWEEP_INTERVAL,
                                                           max(0.05, due - time.time()))
             with contextlib.suppress(TimeoutError):

@@ -128,7 +128,7 @@ async def delete_marker(cluster: Any, store: Any, rec: BucketRecord) -> bool:
     """Remove the bucket's marker from every node. Returns False when some node could not be
     reached: the removal then stays queued for the orphan sweeper (which retries it)."""
     uid = marker_uid(rec.name, rec.created)
-    mark = store.queue_orphans([{"part_uid": uid, "pending": True}], delay=RETRY_DELAY)[0]
+    mark = (await store.queue_orphans([{"part_uid": uid, "pending": True}], delay=RETRY_DELAY))[0]
     try:
         parts = await cluster.scan(uid + ".")
         unreachable = list(cluster.unreachable)  # read before any other task scans
@@ -144,7 +144,7 @@ async def delete_marker(cluster: Any, store: Any, rec: BucketRecord) -> bool:
         log.warning("marker of deleted bucket %s not removed yet: nodes unreachable: %s",
                     rec.name, ", ".join(unreachable))
         return False
-    store.done_orphans([mark])
+    await store.done_orphans([mark])
     return True
 
 
@@ -163,7 +163,7 @@ async def ensure_markers(store: Any, cluster: Any, found: FoundMarkers | None = 
     if found is None:
         found = find_markers(await cluster.scan(PREFIX))
     report = EnsureReport()
-    for rec in store.list_buckets():
+    for rec in await store.list_buckets():
         if marker_uid(rec.name, rec.created) in found.whole:
             report.present += 1
             continue
@@ -192,16 +192,15 @@ def cmd_bucket_markers(args: argparse.Namespace) -> int:
 
     async def run() -> EnsureReport:
         cluster = ErasureCluster(config, health_interval=0, auto_repair=False)
-        await cluster.start()
         try:
+            await store.start()
+            await cluster.start()
             return await ensure_markers(store, cluster)
         finally:
             await cluster.close()
+            await store.close()
 
-    try:
-        report = asyncio.run(run())
-    finally:
-        store.close()
+    report = asyncio.run(run())
     print(f"wrote {len(report.written)} bucket markers; {report.present} buckets already had "
           "one")
     for f in report.failed:

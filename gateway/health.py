@@ -70,10 +70,10 @@ def cluster_health(cluster: Any) -> dict[str, Any]:
     }
 
 
-def metadata_problem(gateway: Any) -> str | None:
+async def metadata_problem(gateway: Any) -> str | None:
     """None if the metadata store answers a query, else why not."""
     try:
-        gateway.store.get_bucket("zonegate-readiness-probe")
+        await gateway.store.get_bucket("zonegate-readiness-probe")
     except Exception as e:  # any failure means "not ready"; the reason goes to the operator
         return f"metadata store: {type(e).__name__}: {e}"
     return None
@@ -82,7 +82,7 @@ def metadata_problem(gateway: Any) -> str | None:
 async def readiness(gateway: Any) -> tuple[int, dict[str, Any]]:
     """(status, body) of /health/ready."""
     reasons = []
-    problem = metadata_problem(gateway)
+    problem = await metadata_problem(gateway)
     if problem:
         reasons.append(problem)
     cluster = gateway.storage.cluster

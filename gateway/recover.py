@@ -70,8 +70,9 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
     store = open_store(store_path(gw))
     report = RecoveryReport()
     cluster = ErasureCluster(config, health_interval=0)
-    await cluster.start()
     try:
+        await store.start()
+        await cluster.start()
         task = progress.add_task("scanning nodes", total=None) if progress else None
         scanned = await cluster.scan()
         report.unreachable_nodes = list(cluster.unreachable)
@@ -136,15 +137,15 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
             if rec is None:
                 owner, created = owners[name]
                 rec = BucketRecord(name, owner, created, region)
-            if store.get_bucket(name) is None:
-                store.create_bucket(rec)
+            if await store.get_bucket(name) is None:
+                await store.create_bucket(rec)
                 report.buckets += 1
                 report.empty_buckets += name not in owners
         for rec in newest.values():
-            existing = store.get_object(rec.bucket, rec.key)
+            existing = await store.get_object(rec.bucket, rec.key)
             if existing is None or (existing.last_modified, existing.version) < \
                     (rec.last_modified, rec.version):
-                store.put_object(rec)
+                await store.put_object(rec)
             report.objects += 1
             report.multipart += rec.manifest is not None
             if progress:
@@ -156,17 +157,27 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
         if not report.unreachable_nodes:
             # Not while a node is unreachable: a whole marker may look partial until it is back.
             # Nor a live bucket's: ensure_markers below rewrites that one under the same uid.
-            live = {bucketmarkers.marker_uid(b.name, b.created) for b in store.list_buckets()}
+            live = {bucketmarkers.marker_uid(b.name, b.created) for b in await store.list_buckets()}
             stray += [p.layout().to_dict() for p in found.leftovers if p.part_uid not in live]
         report.skipped_parts = len(stray)
-        store.queue_orphans(leftovers + stray, delay=GRACE)
+        await store.queue_orphans(leftovers + stray, delay=GRACE)
         ensured = await bucketmarkers.ensure_markers(store, cluster, found)
         report.markers_written = len(ensured.written)
         report.unreadable.extend(f"bucket marker of {f}" for f in ensured.failed)
     finally:
         await cluster.close()
-        store.close()
+        await store.close()
     return report
+
+
+async def store_has_buckets(target: str) -> bool:
+    """Whether the metadata store at target (a path or a database URL) holds any bucket."""
+    store = open_store(target)
+    try:
+        await store.start()
+        return bool(await store.list_buckets())
+    finally:
+        await store.close()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -186,12 +197,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     config = ClusterConfig.load(args.config)
     meta_path = Path(store_path(config.gateway))
     if meta_path.exists() and not args.force:
-        store = open_store(str(meta_path))
-        try:
-            nonempty = bool(store.list_buckets())
-        finally:
-            store.close()
-        if nonempty:
+        if asyncio.run(store_has_buckets(str(meta_path))):
             raise ValueError(f"metadata store {meta_path} is not empty; move it away first, "
                              "or pass --force to merge into it")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()) as prog:

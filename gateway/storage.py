@@ -129,19 +129,19 @@ class Storage:
                     ) -> tuple[dict[str, Any], int]:
         """Write a part; returns its layout and the pending mark to release at commit."""
         from erasure.errors import ErasureError
-        mark = (await asyncio.to_thread(store.queue_orphans, [{"part_uid": uid, "pending": True}],
-                                        delay=self.pending_grace))[0]
+        mark = (await store.queue_orphans([{"part_uid": uid, "pending": True}],
+                                          delay=self.pending_grace))[0]
         try:
             layout = await self.cluster.write_part(uid, body, length=length, stream=stream,
                                                    meta=meta)
         except ErasureError as e:
             # The writer removed what it wrote: the mark has nothing left to find.
-            store.done_orphans([mark])
+            await store.done_orphans([mark])
             log.warning("write of %s failed: %s", uid, e)
             raise S3Error("ServiceUnavailable", "Not enough storage nodes answered; "
                           "nothing was stored. Please retry.") from None
         except BaseException:
-            store.done_orphans([mark])
+            await store.done_orphans([mark])
             raise
         return layout_to_dict(layout), mark
 
@@ -251,7 +251,7 @@ class Storage:
         fails stay leased and come back later."""
         freed = 0
         while True:
-            entries = store.claim_orphans(batch)
+            entries = await store.claim_orphans(batch)
             if not entries:
                 return freed
             done: list[int] = []
@@ -264,7 +264,7 @@ class Storage:
                     raise
                 except Exception as ex:  # a node down: try again after the lease
                     log.warning("orphan %s not deleted yet: %s", e.layout.get("part_uid"), ex)
-            store.done_orphans(done)
+            await store.done_orphans(done)
             if len(entries) < batch:
                 return freed
 

@@ -92,33 +92,33 @@ def multipart(version: str, nparts: int) -> ObjectRecord:
                         last_modified=1.0, owner="alice", version=version, parts=parts)
 
 
-def test_parsed_parts_are_reused_and_never_stale(tmp_path, monkeypatch) -> None:
+async def test_parsed_parts_are_reused_and_never_stale(tmp_path, monkeypatch) -> None:
     store = SqliteStore(tmp_path / "meta.sqlite")
     other = SqliteStore(tmp_path / "meta.sqlite")  # another worker process on the same file
     try:
-        store.create_bucket(BucketRecord("bkt", "alice", 1.0))
-        store.put_object(multipart("v1", 64))
-        a, b = store.get_object("bkt", "big"), store.get_object("bkt", "big")
+        await store.create_bucket(BucketRecord("bkt", "alice", 1.0))
+        await store.put_object(multipart("v1", 64))
+        a, b = await store.get_object("bkt", "big"), await store.get_object("bkt", "big")
         assert a is not None and b is not None
         assert a.parts is b.parts and a.parts == multipart("v1", 64).parts
-        other.put_object(multipart("v2", 64))  # replaced behind this store's back
-        c = store.get_object("bkt", "big")
+        await other.put_object(multipart("v2", 64))  # replaced behind this store's back
+        c = await store.get_object("bkt", "big")
         assert c is not None and c.version == "v2" and c.parts == multipart("v2", 64).parts
-        other.delete_object("bkt", "big")
-        assert store.get_object("bkt", "big") is None
+        await other.delete_object("bkt", "big")
+        assert await store.get_object("bkt", "big") is None
         # the cache stays within its byte budget
         monkeypatch.setattr(sqlite_store, "PARTS_CACHE_BYTES", 30_000)
         for i in range(5):
             rec = multipart(f"k{i}", 64)
             rec.key = f"big{i}"
-            store.put_object(rec)
-            got = store.get_object("bkt", f"big{i}")
+            await store.put_object(rec)
+            got = await store.get_object("bkt", f"big{i}")
             assert got is not None and got.parts == rec.parts
         assert 0 < store._parts_cache_bytes <= 30_000
         assert len(store._parts_cache) < 5
     finally:
-        store.close()
-        other.close()
+        await store.close()
+        await other.close()
 
 
 # ---- Storage.read across parts, on real node processes ------------------------------------

@@ -5,6 +5,7 @@ bucket whose marker cannot be written is not created."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import subprocess
@@ -107,10 +108,13 @@ def test_recovery_brings_back_empty_buckets_owners_and_creation_times(tmp_path):
 
         # A bucket made before markers existed: a row and no marker. `zonegate bucket-markers`
         # writes the missing marker.
-        store = open_store(str(g.meta_path))
         legacy = BucketRecord("legacy", "alice", time.time() - 3600, "us-east-1")
-        store.create_bucket(legacy)
-        store.close()
+
+        async def add_legacy() -> None:
+            store = open_store(str(g.meta_path))
+            await store.create_bucket(legacy)
+            await store.close()
+        asyncio.run(add_legacy())
         r = zonegate(g, "bucket-markers")
         assert r.returncode == 0, r.stdout + r.stderr
         assert "wrote 1 bucket markers; 3 buckets already had one" in r.stdout

@@ -3,18 +3,29 @@
 Keys are stored as BLOBs of their UTF-8 bytes so ORDER BY is S3's binary order and prefix
 ranges are plain byte ranges. The schema is versioned: MIGRATIONS[i] upgrades version i to i+1,
 applied in one transaction at open.
+
+The async contract over a blocking library: every write transaction runs on one writer thread
+per store (SQLite has one writer at a time anyway, and a commit waits for fsync), listings on
+the default thread pool. Point reads (a bucket, an object, an upload, the next due orphan) run
+inline: a WAL reader never waits for a writer's lock, and a B-tree lookup in the page cache
+takes a few microseconds, less than handing it to a thread would.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import sqlite3
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from gateway.metadata.keys import BATCH, ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -26,6 +37,10 @@ from gateway.metadata.store import (
     UploadChangedError,
     UploadRecord,
 )
+
+T = TypeVar("T")
+
+__all__ = ["MIGRATIONS", "SqliteStore", "prefix_end"]
 
 MIGRATIONS: list[str] = [
     # 0 -> 1
@@ -57,23 +72,7 @@ PARTS_CACHE_MIN = 4096
 PARTS_CACHE_BYTES = 16 * 1024 * 1024
 
 
-def _k(key: str) -> bytes:
-    return key.encode("utf-8", "surrogatepass")
-
-
-def _s(key: bytes) -> str:
-    return bytes(key).decode("utf-8", "surrogatepass")
-
-
-def prefix_end(prefix: bytes) -> bytes | None:
-    """Smallest byte string greater than every string starting with prefix (None: no bound)."""
-    p = bytearray(prefix)
-    while p:
-        if p[-1] < 0xFF:
-            p[-1] += 1
-            return bytes(p)
-        p.pop()
-    return None
+_k, _s = key_bytes, key_str
 
 
 class SqliteStore(MetadataStore):
@@ -92,6 +91,7 @@ class SqliteStore(MetadataStore):
         # (bucket, key) -> (parts JSON, parsed parts), least recently used first
         self._parts_cache: OrderedDict[tuple[str, bytes], tuple[str, list]] = OrderedDict()
         self._parts_cache_bytes = 0
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="zonegate-sqlite-writer")
         self._migrate()
 
     # -- plumbing -------------------------------------------------------------------------
@@ -142,10 +142,10 @@ class SqliteStore(MetadataStore):
                         c.execute(stmt)
             c.execute("UPDATE schema_version SET version=?", (len(MIGRATIONS),))
 
-    def schema_version(self) -> int:
+    def _schema_version(self) -> int:
         return self._conn().execute("SELECT version FROM schema_version").fetchone()[0]
 
-    def close(self) -> None:
+    def _close(self) -> None:
         with self._lock:
             for c in self._conns:
                 try:
@@ -156,7 +156,7 @@ class SqliteStore(MetadataStore):
         self._local = threading.local()
 
     # -- buckets --------------------------------------------------------------------------
-    def create_bucket(self, rec: BucketRecord) -> BucketRecord | None:
+    def _create_bucket(self, rec: BucketRecord) -> BucketRecord | None:
         with self._tx() as c:
             existing = self._bucket(c, rec.name)
             if existing:
@@ -171,10 +171,10 @@ class SqliteStore(MetadataStore):
                         (name,)).fetchone()
         return BucketRecord(*row) if row else None
 
-    def get_bucket(self, name: str) -> BucketRecord | None:
+    def _get_bucket(self, name: str) -> BucketRecord | None:
         return self._bucket(self._conn(), name)
 
-    def list_buckets(self, owner: str | None = None) -> list[BucketRecord]:
+    def _list_buckets(self, owner: str | None = None) -> list[BucketRecord]:
         q = "SELECT name, owner, created, region FROM buckets"
         args: tuple = ()
         if owner is not None:
@@ -182,7 +182,7 @@ class SqliteStore(MetadataStore):
             args = (owner,)
         return [BucketRecord(*r) for r in self._conn().execute(q + " ORDER BY name", args)]
 
-    def delete_bucket(self, name: str) -> bool:
+    def _delete_bucket(self, name: str) -> bool:
         with self._tx() as c:
             if c.execute("SELECT 1 FROM objects WHERE bucket=? LIMIT 1", (name,)).fetchone():
                 raise BucketNotEmptyError(name)
@@ -218,7 +218,7 @@ class SqliteStore(MetadataStore):
                         (bucket, _k(key))).fetchone()
         return self._obj(row) if row else None
 
-    def get_object(self, bucket: str, key: str) -> ObjectRecord | None:
+    def _get_object(self, bucket: str, key: str) -> ObjectRecord | None:
         """The object's record. Its `parts` list may be shared with other callers (it is
         parsed once per stored version and kept): callers must not change it."""
         row = self._conn().execute(
@@ -249,7 +249,7 @@ class SqliteStore(MetadataStore):
                     self._parts_cache_bytes -= len(r)
         return self._obj(row, parts)
 
-    def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
+    def _put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
                    if_absent: bool = False, upload_id: str | None = None,
                    release: list[int] | None = None) -> ObjectRecord | None:
         now = time.time()
@@ -287,7 +287,7 @@ class SqliteStore(MetadataStore):
             self._queue(c, freed, now + self.free_delay)
         return None
 
-    def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
+    def _delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
         with self._tx() as c:
             old = self._get_obj(c, bucket, key)
             if old is not None:
@@ -295,72 +295,21 @@ class SqliteStore(MetadataStore):
                 self._queue(c, old.layouts(), time.time() + self.free_delay)
             return old
 
-    def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
-                     limit: int) -> ListPage:
-        """Walk keys > after under prefix; keys holding the delimiter after the prefix roll up
-        into one common prefix each, and both count toward limit (as in S3)."""
+    def _list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
+                      limit: int) -> ListPage:
         c = self._conn()
-        bp, bd = _k(prefix), _k(delimiter)
-        end = prefix_end(bp) if bp else None
-        lower, inclusive = bp, True
-        ba = _k(after)
-        if ba and ba >= bp:
-            lower, inclusive = ba, False
-            if bd:
-                # A marker inside a rolled-up prefix: that prefix was already returned.
-                i = ba.find(bd, len(bp))
-                if i >= 0:
-                    nxt = prefix_end(ba[:i + len(bd)])
-                    if nxt is None:
-                        return ListPage([], [], False, None)
-                    lower, inclusive = nxt, True
-        items: list[Any] = []
-        prefixes: list[str] = []
-        count = 0
-        truncated = False
-        last: str | None = None
-        while True:
-            # Batches keep each query short; rollups jump the cursor past a whole prefix.
-            cond = "key >= ?" if inclusive else "key > ?"
+        walk = ObjectWalk(prefix, delimiter, after, limit, lambda r: r[1], self._obj)
+        while (r := walk.next_range()) is not None:
+            lower, inclusive, end = r
             # Listings never need the part layouts (a 10,000-part object's row is megabytes).
-            q = f"SELECT {self._LIST_COLS} FROM objects WHERE bucket=? AND {cond}"
+            q = (f"SELECT {self._LIST_COLS} FROM objects WHERE bucket=? AND "
+                 + ("key >= ?" if inclusive else "key > ?"))
             args: list[Any] = [bucket, lower]
             if end is not None:
                 q += " AND key < ?"
                 args.append(end)
-            q += " ORDER BY key LIMIT 1000"
-            rows = c.execute(q, args).fetchall()
-            if not rows:
-                break
-            jumped = False
-            for row in rows:
-                kb: bytes = bytes(row[1])
-                if count >= limit:
-                    truncated = True
-                    break
-                if bd:
-                    i = kb.find(bd, len(bp))
-                    if i >= 0:
-                        cp = kb[:i + len(bd)]
-                        prefixes.append(_s(cp))
-                        count += 1
-                        last = _s(cp)
-                        nxt = prefix_end(cp)
-                        if nxt is None:
-                            return ListPage(items, prefixes, False, None)
-                        lower, inclusive, jumped = nxt, True, True
-                        break
-                items.append(self._obj(row))
-                count += 1
-                last = _s(kb)
-                lower, inclusive = kb, False
-            if truncated:
-                break
-            if not jumped and len(rows) < 1000:
-                break
-        if limit == 0:
-            truncated = False
-        return ListPage(items, prefixes, truncated, last if truncated else None)
+            walk.feed(c.execute(q + f" ORDER BY key LIMIT {BATCH}", args).fetchall())
+        return walk.page()
 
     # -- uploads --------------------------------------------------------------------------
     _UP_COLS = ("upload_id, bucket, key, owner, initiated, headers, user_meta, "
@@ -371,19 +320,19 @@ class SqliteStore(MetadataStore):
         return UploadRecord(row[0], row[1], _s(row[2]), row[3], row[4], json.loads(row[5]),
                             json.loads(row[6]), row[7], row[8])
 
-    def create_upload(self, rec: UploadRecord) -> None:
+    def _create_upload(self, rec: UploadRecord) -> None:
         with self._tx() as c:
             c.execute(f"INSERT INTO uploads ({self._UP_COLS}) VALUES (?,?,?,?,?,?,?,?,?)",
                       (rec.upload_id, rec.bucket, _k(rec.key), rec.owner, rec.initiated,
                        json.dumps(rec.headers), json.dumps(rec.user_meta),
                        rec.checksum_algorithm, rec.checksum_type))
 
-    def get_upload(self, upload_id: str) -> UploadRecord | None:
+    def _get_upload(self, upload_id: str) -> UploadRecord | None:
         row = self._conn().execute(f"SELECT {self._UP_COLS} FROM uploads WHERE upload_id=?",
                                    (upload_id,)).fetchone()
         return self._up(row) if row else None
 
-    def put_part(self, part: PartRecord, release: list[int] | None = None) -> bool:
+    def _put_part(self, part: PartRecord, release: list[int] | None = None) -> bool:
         with self._tx() as c:
             if not c.execute("SELECT 1 FROM uploads WHERE upload_id=?",
                              (part.upload_id,)).fetchone():
@@ -398,14 +347,14 @@ class SqliteStore(MetadataStore):
                        json.dumps(part.layout), json.dumps(part.checksum)))
         return True
 
-    def list_parts(self, upload_id: str, after: int = 0, limit: int = 10000) -> list[PartRecord]:
+    def _list_parts(self, upload_id: str, after: int = 0, limit: int = 10000) -> list[PartRecord]:
         rows = self._conn().execute(
             "SELECT upload_id, number, size, etag, last_modified, layout, checksum FROM parts "
             "WHERE upload_id=? AND number>? ORDER BY number LIMIT ?", (upload_id, after, limit))
         return [PartRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
                 for r in rows]
 
-    def abort_upload(self, upload_id: str) -> bool:
+    def _abort_upload(self, upload_id: str) -> bool:
         with self._tx() as c:
             lays = [json.loads(r[0]) for r in
                     c.execute("SELECT layout FROM parts WHERE upload_id=?", (upload_id,))]
@@ -414,10 +363,10 @@ class SqliteStore(MetadataStore):
             self._queue(c, lays, time.time())
         return gone
 
-    def list_uploads(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+    def _list_uploads(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
                      upload_id_marker: str, limit: int) -> ListPage:
         c = self._conn()
-        bp, bd = _k(prefix), _k(delimiter)
+        bp = _k(prefix)
         q = f"SELECT {self._UP_COLS} FROM uploads WHERE bucket=?"
         args: list[Any] = [bucket]
         if key_marker:
@@ -436,31 +385,10 @@ class SqliteStore(MetadataStore):
                 args.append(end)
         # Sorted by key, then upload id: the order the (key, upload-id) markers resume from.
         q += " ORDER BY key, upload_id"
-        items: list[Any] = []
-        prefixes: list[str] = []
-        truncated = False
-        last: str | None = None
-        for row in c.execute(q, args):
-            kb = bytes(row[2])
-            cp = None
-            if bd:
-                i = kb.find(bd, len(bp))
-                if i >= 0:
-                    cp = _s(kb[:i + len(bd)])
-            if cp is not None and prefixes and prefixes[-1] == cp:
-                continue
-            if len(items) + len(prefixes) >= limit:
-                truncated = True
-                break
-            if cp is not None:
-                prefixes.append(cp)
-                last = cp
-            else:
-                items.append(self._up(row))
-                last = _s(kb)
-        return ListPage(items, prefixes, truncated, last if truncated else None)
+        return rollup_uploads(c.execute(q, args), prefix, delimiter, limit, lambda r: r[2],
+                              self._up)
 
-    def stale_uploads(self, older_than: float) -> list[str]:
+    def _stale_uploads(self, older_than: float) -> list[str]:
         return [r[0] for r in self._conn().execute(
             "SELECT upload_id FROM uploads WHERE initiated < ?", (older_than,))]
 
@@ -479,27 +407,113 @@ class SqliteStore(MetadataStore):
         if ids:
             c.executemany("DELETE FROM orphans WHERE id=?", [(i,) for i in ids])
 
-    def queue_orphans(self, layouts: list[dict[str, Any]], delay: float = 0.0) -> list[int]:
+    def _queue_orphans(self, layouts: list[dict[str, Any]], delay: float = 0.0) -> list[int]:
         with self._tx() as c:
             return self._queue(c, layouts, time.time() + delay)
 
-    def claim_orphans(self, limit: int = 100, lease: float = 300.0) -> list[OrphanEntry]:
+    def _claim_orphans(self, limit: int = 100, lease: float = 300.0) -> list[OrphanEntry]:
         now = time.time()
         with self._tx() as c:
-            rows = c.execute("SELECT id, layout FROM orphans WHERE due <= ? ORDER BY due LIMIT ?",
+            rows = c.execute("SELECT id, layout FROM orphans WHERE due <= ? ORDER BY due, id LIMIT ?",
                              (now, limit)).fetchall()
             c.executemany("UPDATE orphans SET due=? WHERE id=?", [(now + lease, r[0]) for r in rows])
         return [OrphanEntry(r[0], json.loads(r[1])) for r in rows]
 
-    def done_orphans(self, ids: list[int]) -> None:
+    def _done_orphans(self, ids: list[int]) -> None:
         if not ids:
             return
         with self._tx() as c:
             c.executemany("DELETE FROM orphans WHERE id=?", [(i,) for i in ids])
 
-    def next_due(self) -> float | None:
+    def _next_due(self) -> float | None:
         row = self._conn().execute("SELECT MIN(due) FROM orphans").fetchone()
         return row[0] if row and row[0] is not None else None
 
-    def orphan_count(self) -> int:
+    def _orphan_count(self) -> int:
         return self._conn().execute("SELECT COUNT(*) FROM orphans").fetchone()[0]
+
+    # -- the async contract -----------------------------------------------------------------
+    async def _w(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """Run a write transaction on the writer thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writer, functools.partial(fn, *args, **kw))
+
+    @staticmethod
+    async def _r(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """Run a longer read (a listing) on the default thread pool."""
+        return await asyncio.to_thread(fn, *args, **kw)
+
+    async def schema_version(self) -> int:
+        return self._schema_version()
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._writer.shutdown)
+        self._close()
+
+    async def create_bucket(self, rec: BucketRecord) -> BucketRecord | None:
+        return await self._w(self._create_bucket, rec)
+
+    async def get_bucket(self, name: str) -> BucketRecord | None:
+        return self._get_bucket(name)
+
+    async def list_buckets(self, owner: str | None = None) -> list[BucketRecord]:
+        return await self._r(self._list_buckets, owner)
+
+    async def delete_bucket(self, name: str) -> bool:
+        return await self._w(self._delete_bucket, name)
+
+    async def get_object(self, bucket: str, key: str) -> ObjectRecord | None:
+        return self._get_object(bucket, key)
+
+    async def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
+                         if_absent: bool = False, upload_id: str | None = None,
+                         release: list[int] | None = None) -> ObjectRecord | None:
+        return await self._w(self._put_object, rec, if_version=if_version, if_absent=if_absent,
+                             upload_id=upload_id, release=release)
+
+    async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
+        return await self._w(self._delete_object, bucket, key)
+
+    async def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
+                           limit: int) -> ListPage:
+        return await self._r(self._list_objects, bucket, prefix, delimiter, after, limit)
+
+    async def create_upload(self, rec: UploadRecord) -> None:
+        await self._w(self._create_upload, rec)
+
+    async def get_upload(self, upload_id: str) -> UploadRecord | None:
+        return self._get_upload(upload_id)
+
+    async def put_part(self, part: PartRecord, release: list[int] | None = None) -> bool:
+        return await self._w(self._put_part, part, release)
+
+    async def list_parts(self, upload_id: str, after: int = 0,
+                         limit: int = 10000) -> list[PartRecord]:
+        return await self._r(self._list_parts, upload_id, after, limit)
+
+    async def abort_upload(self, upload_id: str) -> bool:
+        return await self._w(self._abort_upload, upload_id)
+
+    async def list_uploads(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+                           upload_id_marker: str, limit: int) -> ListPage:
+        return await self._r(self._list_uploads, bucket, prefix, delimiter, key_marker,
+                             upload_id_marker, limit)
+
+    async def stale_uploads(self, older_than: float) -> list[str]:
+        return await self._r(self._stale_uploads, older_than)
+
+    async def queue_orphans(self, layouts: list[dict[str, Any]], delay: float = 0.0) -> list[int]:
+        return await self._w(self._queue_orphans, layouts, delay)
+
+    async def claim_orphans(self, limit: int = 100, lease: float = 300.0) -> list[OrphanEntry]:
+        return await self._w(self._claim_orphans, limit, lease)
+
+    async def done_orphans(self, ids: list[int]) -> None:
+        if ids:
+            await self._w(self._done_orphans, ids)
+
+    async def next_due(self) -> float | None:
+        return self._next_due()
+
+    async def orphan_count(self) -> int:
+        return self._orphan_count()

@@ -2,8 +2,9 @@
 
 Keys are handled as UTF-8 bytes so that every implementation lists in S3's binary order.
 Part layouts are opaque JSON-able dicts (erasure.PartLayout serialised); the store never
-interprets them. Methods are synchronous and each one is a short transaction: the SQLite
-implementation answers in microseconds, and a shared SQL backend can wrap them in a pool.
+interprets them. Methods are coroutines and each one is a short transaction: the embedded
+SQLite implementation answers in microseconds (its blocking work off the event loop), a shared
+SQL backend over a connection pool in a network round trip or two.
 """
 
 from __future__ import annotations
@@ -94,31 +95,41 @@ class UploadChangedError(Exception):
 
 class MetadataStore(abc.ABC):
     """What the S3 operations need from metadata. Old layouts freed by a call are queued in the
-    orphan queue inside the same transaction, so a crash never loses track of them."""
+    orphan queue inside the same transaction, so a crash never loses track of them.
+
+    Every data method is a coroutine: a shared database answers over the network. `start`
+    connects (and creates or upgrades the schema) before first use; `close` lets go."""
+
+    async def start(self) -> None:  # noqa: B027 - optional, not abstract
+        """Connect and bring the schema up to date (a no-op where the constructor did it)."""
+
+    @abc.abstractmethod
+    async def schema_version(self) -> int: ...
+
 
     # buckets
     @abc.abstractmethod
-    def create_bucket(self, rec: BucketRecord) -> BucketRecord | None:
+    async def create_bucket(self, rec: BucketRecord) -> BucketRecord | None:
         """Insert; return the existing record instead if the name is taken."""
 
     @abc.abstractmethod
-    def get_bucket(self, name: str) -> BucketRecord | None: ...
+    async def get_bucket(self, name: str) -> BucketRecord | None: ...
 
     @abc.abstractmethod
-    def list_buckets(self, owner: str | None = None) -> list[BucketRecord]: ...
+    async def list_buckets(self, owner: str | None = None) -> list[BucketRecord]: ...
 
     @abc.abstractmethod
-    def delete_bucket(self, name: str) -> bool:
+    async def delete_bucket(self, name: str) -> bool:
         """Raise BucketNotEmptyError if objects remain; uploads in progress are aborted."""
 
     # objects
     @abc.abstractmethod
-    def get_object(self, bucket: str, key: str) -> ObjectRecord | None:
+    async def get_object(self, bucket: str, key: str) -> ObjectRecord | None:
         """The object's record; read-only for the caller (an implementation may hand the
         same parsed `parts` list to every reader of one stored version)."""
 
     @abc.abstractmethod
-    def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
+    async def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
                    if_absent: bool = False, upload_id: str | None = None,
                    release: list[int] | None = None) -> ObjectRecord | None:
         """Commit rec, queueing the replaced object's layouts (and, with upload_id, the upload's
@@ -129,54 +140,57 @@ class MetadataStore(abc.ABC):
         written) removed in the same transaction, so committed data is never swept."""
 
     @abc.abstractmethod
-    def delete_object(self, bucket: str, key: str) -> ObjectRecord | None: ...
+    async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None: ...
 
     @abc.abstractmethod
-    def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
+    async def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                      limit: int) -> ListPage:
         """Objects in the page carry no headers, user metadata or parts (listings need only
         key, size, ETag, last-modified, owner and checksum)."""
 
     # uploads
     @abc.abstractmethod
-    def create_upload(self, rec: UploadRecord) -> None: ...
+    async def create_upload(self, rec: UploadRecord) -> None: ...
 
     @abc.abstractmethod
-    def get_upload(self, upload_id: str) -> UploadRecord | None: ...
+    async def get_upload(self, upload_id: str) -> UploadRecord | None: ...
 
     @abc.abstractmethod
-    def put_part(self, part: PartRecord, release: list[int] | None = None) -> bool:
+    async def put_part(self, part: PartRecord, release: list[int] | None = None) -> bool:
         """Store a part (replacing the same number, queueing its old layout) and drop the
         `release` orphan entries in the same transaction. False if the upload no longer exists
         (then nothing changes and the caller frees the new layout)."""
 
     @abc.abstractmethod
-    def list_parts(self, upload_id: str, after: int = 0, limit: int = 10000) -> list[PartRecord]: ...
+    async def list_parts(self, upload_id: str, after: int = 0, limit: int = 10000) -> list[PartRecord]: ...
 
     @abc.abstractmethod
-    def abort_upload(self, upload_id: str) -> bool: ...
+    async def abort_upload(self, upload_id: str) -> bool: ...
 
     @abc.abstractmethod
-    def list_uploads(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+    async def list_uploads(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
                      upload_id_marker: str, limit: int) -> ListPage: ...
 
     @abc.abstractmethod
-    def stale_uploads(self, older_than: float) -> list[str]: ...
+    async def stale_uploads(self, older_than: float) -> list[str]: ...
 
     # orphan fragments
     @abc.abstractmethod
-    def queue_orphans(self, layouts: list[dict[str, Any]], delay: float = 0.0) -> list[int]: ...
+    async def queue_orphans(self, layouts: list[dict[str, Any]], delay: float = 0.0) -> list[int]: ...
 
     @abc.abstractmethod
-    def claim_orphans(self, limit: int = 100, lease: float = 300.0) -> list[OrphanEntry]:
+    async def claim_orphans(self, limit: int = 100, lease: float = 300.0) -> list[OrphanEntry]:
         """Due entries, leased for `lease` seconds so concurrent sweepers skip them."""
 
     @abc.abstractmethod
-    def done_orphans(self, ids: list[int]) -> None: ...
+    async def done_orphans(self, ids: list[int]) -> None: ...
 
     @abc.abstractmethod
-    def next_due(self) -> float | None:
+    async def next_due(self) -> float | None:
         """When the earliest queued orphan becomes due (epoch seconds), None if none."""
 
     @abc.abstractmethod
-    def close(self) -> None: ...
+    async def orphan_count(self) -> int: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...

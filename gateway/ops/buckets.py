@@ -61,7 +61,7 @@ async def create_bucket(req: S3Request) -> Response:
         if lc is not None and (lc.text or "").strip():
             region = (lc.text or "").strip()
     rec = BucketRecord(name, req.user, now(), region)
-    existing = req.gw.store.create_bucket(rec)
+    existing = await req.gw.store.create_bucket(rec)
     if existing is not None:
         if existing.owner == req.user:
             raise S3Error("BucketAlreadyOwnedByYou", BucketName=name)
@@ -69,7 +69,7 @@ async def create_bucket(req: S3Request) -> Response:
     try:
         await bucketmarkers.write_marker(req.gw.storage.cluster, rec)
     except BaseException as e:
-        _undo_create(req, rec)
+        await _undo_create(req, rec)
         if isinstance(e, ErasureError):
             log.warning("bucket %s not created: its marker could not be written: %s", name, e)
             raise S3Error("ServiceUnavailable", "Not enough storage nodes answered; the "
@@ -78,13 +78,13 @@ async def create_bucket(req: S3Request) -> Response:
     return Response(b"", headers={"Location": "/" + name})
 
 
-def _undo_create(req: S3Request, rec: BucketRecord) -> None:
+async def _undo_create(req: S3Request, rec: BucketRecord) -> None:
     """Take back a bucket whose marker was not written (the writer left no archive)."""
-    cur = req.gw.store.get_bucket(rec.name)
+    cur = await req.gw.store.get_bucket(rec.name)
     if cur is None or cur.created != rec.created:
         return  # deleted meanwhile (and perhaps created again by another request): not ours
     try:
-        req.gw.store.delete_bucket(rec.name)
+        await req.gw.store.delete_bucket(rec.name)
     except BucketNotEmptyError:
         # An object landed in it before CreateBucket answered: keep the bucket; its marker is
         # written by `zonegate bucket-markers` or the next recover-metadata.
@@ -92,12 +92,12 @@ def _undo_create(req: S3Request, rec: BucketRecord) -> None:
 
 
 async def head_bucket(req: S3Request) -> Response:
-    b = require_bucket(req)
+    b = await require_bucket(req)
     return Response(b"", headers={"x-amz-bucket-region": b.region})
 
 
 async def delete_bucket(req: S3Request) -> Response:
-    rec = require_bucket(req)
+    rec = await require_bucket(req)
     cluster = req.gw.storage.cluster
     if len(cluster.clients) - len(cluster.down_nodes()) < cluster.write_quorum:
         # Fewer nodes up than a marker write needs: a marker removal could then leave k
@@ -105,7 +105,7 @@ async def delete_bucket(req: S3Request) -> Response:
         raise S3Error("ServiceUnavailable", "Not enough storage nodes answered; the bucket "
                       "was not deleted. Please retry.")
     try:
-        req.gw.store.delete_bucket(req.bucket)
+        await req.gw.store.delete_bucket(req.bucket)
     except BucketNotEmptyError:
         raise S3Error("BucketNotEmpty", BucketName=req.bucket) from None
     # A marker that could not be removed from every node stays queued for the sweeper.
@@ -115,12 +115,12 @@ async def delete_bucket(req: S3Request) -> Response:
 
 
 async def get_location(req: S3Request) -> Response:
-    b = require_bucket(req)
+    b = await require_bucket(req)
     # us-east-1 is reported as an empty constraint, as S3 does.
     value = "" if b.region == "us-east-1" else b.region
     return xml_response(f'<LocationConstraint xmlns="{S3_NS}">{x(value)}</LocationConstraint>')
 
 
 async def get_versioning(req: S3Request) -> Response:
-    require_bucket(req)
+    await require_bucket(req)
     return xml_response(f'<VersioningConfiguration xmlns="{S3_NS}"/>')

@@ -194,9 +194,9 @@ def requested_checksum_algorithm(name: str) -> str:
         raise S3Error("InvalidRequest", "Checksum algorithm provided is unsupported.") from None
 
 
-def require_bucket(req: S3Request) -> Any:
+async def require_bucket(req: S3Request) -> Any:
     """The request's bucket record; NoSuchBucket / AccessDenied as S3 answers."""
-    b = req.gw.store.get_bucket(req.bucket)
+    b = await req.gw.store.get_bucket(req.bucket)
     if b is None:
         raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
     if b.owner != req.user:

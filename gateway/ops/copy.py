@@ -56,15 +56,15 @@ def parse_copy_source(value: str) -> tuple[str, str]:
     return bucket, key
 
 
-def resolve_copy_source(req: S3Request) -> ObjectRecord:
+async def resolve_copy_source(req: S3Request) -> ObjectRecord:
     """The source object of a copy, its bucket's owner checked and its conditions applied."""
     bucket, key = parse_copy_source(req.headers["x-amz-copy-source"])
-    b = req.gw.store.get_bucket(bucket)
+    b = await req.gw.store.get_bucket(bucket)
     if b is None:
         raise S3Error("NoSuchBucket", BucketName=bucket, resource="/" + bucket)
     if b.owner != req.user:
         raise S3Error("AccessDenied")
-    src = req.gw.store.get_object(bucket, key)
+    src = await req.gw.store.get_object(bucket, key)
     if src is None:
         raise S3Error("NoSuchKey", Key=key, resource=f"/{bucket}/{key}")
     check_conditions(src, req.headers, prefix="x-amz-copy-source-if-", copy_source=True)
@@ -91,9 +91,9 @@ def copy_source_range(req: S3Request, size: int) -> tuple[int, int]:
 
 async def copy_object(req: S3Request) -> Response:
     from gateway.ops.common import require_bucket
-    require_bucket(req)
+    await require_bucket(req)
     check_key(req.key)
-    src = resolve_copy_source(req)
+    src = await resolve_copy_source(req)
     directive = req.headers.get("x-amz-metadata-directive", "COPY").strip().upper()
     if directive not in ("COPY", "REPLACE"):
         raise S3Error("InvalidArgument", "Unknown metadata directive.",
@@ -114,7 +114,7 @@ async def copy_object(req: S3Request) -> Response:
         algo = requested_checksum_algorithm(algo)
     else:
         algo = src.checksum.get("algorithm", "") if src.checksum.get("type") != "COMPOSITE" else ""
-    if_absent, if_version = put_conditions(req)
+    if_absent, if_version = await put_conditions(req)
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
                        owner=req.user, version=new_version(), headers=headers, user_meta=meta)
     body = CopyBody(req.gw.storage.read(src.parts, 0, src.size), src.size, algo)

@@ -37,12 +37,12 @@ def _encoder(req: S3Request) -> tuple[Encoder, str]:
     return (lambda s: quote(s, safe="/-_.~")), el("EncodingType", "url")
 
 
-def _page(req: S3Request, after: str) -> tuple[ListPage, str, str, int]:
-    require_bucket(req)
+async def _page(req: S3Request, after: str) -> tuple[ListPage, str, str, int]:
+    await require_bucket(req)
     prefix = req.query.get("prefix", "")
     delimiter = req.query.get("delimiter", "")
     max_keys = int_arg(req, "max-keys", 1000, hi=1000)
-    page = req.gw.store.list_objects(req.bucket, prefix, delimiter, after, max_keys)
+    page = await req.gw.store.list_objects(req.bucket, prefix, delimiter, after, max_keys)
     return page, prefix, delimiter, max_keys
 
 
@@ -69,7 +69,7 @@ def _prefixes(page: ListPage, enc: Encoder) -> str:
 async def list_objects(req: S3Request) -> Response:
     enc, enc_xml = _encoder(req)
     marker = req.query.get("marker", "")
-    page, prefix, delimiter, max_keys = _page(req, marker)
+    page, prefix, delimiter, max_keys = await _page(req, marker)
     nxt = ""
     if page.truncated and delimiter and page.next_marker is not None:
         nxt = el("NextMarker", enc(page.next_marker))
@@ -104,7 +104,7 @@ async def list_objects_v2(req: S3Request) -> Response:
     after = _untoken(token) if token is not None else start_after
     if token is not None and start_after > after:
         after = start_after
-    page, prefix, delimiter, max_keys = _page(req, after)
+    page, prefix, delimiter, max_keys = await _page(req, after)
     owner = req.query.get("fetch-owner", "").lower() == "true"
     parts = [f'<ListBucketResult xmlns="{S3_NS}">', el("Name", req.bucket),
              el("Prefix", enc(prefix)), el("MaxKeys", max_keys),
@@ -132,7 +132,7 @@ async def list_versions(req: S3Request) -> Response:
     if vid_marker and not key_marker:
         raise S3Error("InvalidArgument", "A version-id marker cannot be specified without a "
                       "key marker.", ArgumentName="version-id-marker", ArgumentValue=vid_marker)
-    page, prefix, delimiter, max_keys = _page(req, key_marker)
+    page, prefix, delimiter, max_keys = await _page(req, key_marker)
     nxt = ""
     if page.truncated and page.next_marker is not None:
         nxt = el("NextKeyMarker", enc(page.next_marker))

@@ -9,7 +9,6 @@ the final object metadata, so `recover-metadata` can rebuild the object from the
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator
@@ -58,9 +57,9 @@ from gateway.ops.objects import (
 from gateway.storage import MANIFEST_PART, CopyBody, new_version, part_uid
 
 
-def _get_upload(req: S3Request) -> UploadRecord:
-    require_bucket(req)
-    up = req.gw.store.get_upload(req.query.get("uploadId", ""))
+async def _get_upload(req: S3Request) -> UploadRecord:
+    await require_bucket(req)
+    up = await req.gw.store.get_upload(req.query.get("uploadId", ""))
     if up is None or up.bucket != req.bucket or up.key != req.key:
         raise S3Error("NoSuchUpload", UploadId=req.query.get("uploadId", ""))
     if up.owner != req.user:
@@ -81,7 +80,7 @@ def _part_number(req: S3Request) -> int:
 
 
 async def create_upload(req: S3Request) -> Response:
-    require_bucket(req)
+    await require_bucket(req)
     check_key(req.key)
     algo = req.headers.get("x-amz-checksum-algorithm", "").strip()
     ctype = req.headers.get("x-amz-checksum-type", "").strip().upper()
@@ -102,7 +101,7 @@ async def create_upload(req: S3Request) -> Response:
     up = UploadRecord(upload_id=new_version(), bucket=req.bucket, key=req.key, owner=req.user,
                       initiated=now(), headers=stored_headers(req), user_meta=user_metadata(req),
                       checksum_algorithm=algo, checksum_type=ctype)
-    req.gw.store.create_upload(up)
+    await req.gw.store.create_upload(up)
     headers = {}
     if algo:
         headers = {"x-amz-checksum-algorithm": algo, "x-amz-checksum-type": ctype}
@@ -124,9 +123,8 @@ async def _store_part(req: S3Request, up: UploadRecord, number: int, body: Any) 
     size, etag, ck = body_result(body)
     part = PartRecord(upload_id=up.upload_id, number=number, size=size, etag=etag,
                       last_modified=now(), layout=layout, checksum=ck)
-    # Commits wait for fsync: off the event loop.
-    if not await asyncio.to_thread(req.gw.store.put_part, part, release=[mark]):
-        req.gw.store.queue_orphans([layout])
+    if not await req.gw.store.put_part(part, release=[mark]):
+        await req.gw.store.queue_orphans([layout])
         notify_sweeper(req)
         raise S3Error("NoSuchUpload", UploadId=up.upload_id)
     notify_sweeper(req)
@@ -135,7 +133,7 @@ async def _store_part(req: S3Request, up: UploadRecord, number: int, body: Any) 
 
 async def upload_part(req: S3Request) -> Response:
     number = _part_number(req)
-    up = _get_upload(req)
+    up = await _get_upload(req)
     body = request_body(req, max_size=MAX_PART_SIZE, checksum_algorithm=up.checksum_algorithm)
     known_length(body)
     part = await _store_part(req, up, number, body)
@@ -146,8 +144,8 @@ async def upload_part(req: S3Request) -> Response:
 async def upload_part_copy(req: S3Request) -> Response:
     from gateway.ops.copy import copy_source_range, resolve_copy_source
     number = _part_number(req)
-    up = _get_upload(req)
-    src = resolve_copy_source(req)
+    up = await _get_upload(req)
+    src = await resolve_copy_source(req)
     start, length = copy_source_range(req, src.size)
     if length > MAX_PART_SIZE:
         raise S3Error("InvalidRequest", "The specified copy source is larger than the maximum "
@@ -202,7 +200,7 @@ async def _complete_again(req: S3Request, unknown: S3Error) -> Response:
     Complete is lost), as long as the object that upload made is still the key's current
     version and the same parts are listed; anything else is NoSuchUpload."""
     upload_id = req.query.get("uploadId", "")
-    obj = req.gw.store.get_object(req.bucket, req.key) if upload_id else None
+    obj = await req.gw.store.get_object(req.bucket, req.key) if upload_id else None
     if obj is None or obj.version != upload_id or obj.owner != req.user:
         raise unknown
     listed = await _listed_parts(req)
@@ -213,12 +211,12 @@ async def _complete_again(req: S3Request, unknown: S3Error) -> Response:
 
 async def complete_upload(req: S3Request) -> Response:
     try:
-        up = _get_upload(req)
+        up = await _get_upload(req)
     except S3Error as e:
         if e.code != "NoSuchUpload":
             raise
         return await _complete_again(req, e)
-    if_absent, if_version = put_conditions(req)  # conditional writes apply to Complete too
+    if_absent, if_version = await put_conditions(req)  # conditional writes apply to Complete too
     listed = await _listed_parts(req)
     if len(listed) > MAX_PARTS:
         raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000",
@@ -226,7 +224,7 @@ async def complete_upload(req: S3Request) -> Response:
     for a, b in zip(listed, listed[1:], strict=False):
         if b[0] <= a[0]:
             raise S3Error("InvalidPartOrder", UploadId=up.upload_id)
-    stored = {p.number: p for p in req.gw.store.list_parts(up.upload_id)}
+    stored = {p.number: p for p in await req.gw.store.list_parts(up.upload_id)}
     parts: list[PartRecord] = []
     for i, (n, etag, cks) in enumerate(listed):
         p = stored.get(n)
@@ -272,7 +270,7 @@ async def complete_upload(req: S3Request) -> Response:
         await store_object(req, rec, [mark], upload_id=up.upload_id, if_absent=if_absent,
                            if_version=if_version)
     except UploadChangedError:
-        req.gw.store.queue_orphans([rec.manifest])
+        await req.gw.store.queue_orphans([rec.manifest])
         notify_sweeper(req)
         raise S3Error("NoSuchUpload", "The upload was aborted, or one of its parts replaced, "
                       "while it was being completed.", UploadId=up.upload_id) from None
@@ -280,18 +278,18 @@ async def complete_upload(req: S3Request) -> Response:
 
 
 async def abort_upload(req: S3Request) -> Response:
-    up = _get_upload(req)
-    if not req.gw.store.abort_upload(up.upload_id):
+    up = await _get_upload(req)
+    if not await req.gw.store.abort_upload(up.upload_id):
         raise S3Error("NoSuchUpload", UploadId=up.upload_id)
     notify_sweeper(req)
     return Response(status_code=204)
 
 
 async def list_parts(req: S3Request) -> Response:
-    up = _get_upload(req)
+    up = await _get_upload(req)
     marker = int_arg(req, "part-number-marker", 0)
     max_parts = int_arg(req, "max-parts", 1000, hi=1000)
-    rows = req.gw.store.list_parts(up.upload_id, after=marker, limit=max_parts + 1)
+    rows = await req.gw.store.list_parts(up.upload_id, after=marker, limit=max_parts + 1)
     truncated = len(rows) > max_parts
     rows = rows[:max_parts]
     body = [f'<ListPartsResult xmlns="{S3_NS}">', el("Bucket", up.bucket), el("Key", up.key),
@@ -314,14 +312,14 @@ async def list_parts(req: S3Request) -> Response:
 
 async def list_uploads(req: S3Request) -> Response:
     from gateway.ops.listing import _encoder
-    require_bucket(req)
+    await require_bucket(req)
     enc, enc_xml = _encoder(req)
     prefix = req.query.get("prefix", "")
     delimiter = req.query.get("delimiter", "")
     key_marker = req.query.get("key-marker", "")
     uid_marker = req.query.get("upload-id-marker", "")
     max_uploads = int_arg(req, "max-uploads", 1000, hi=1000)
-    page = req.gw.store.list_uploads(req.bucket, prefix, delimiter, key_marker,
+    page = await req.gw.store.list_uploads(req.bucket, prefix, delimiter, key_marker,
                                      uid_marker if key_marker else "", max_uploads)
     body = [f'<ListMultipartUploadsResult xmlns="{S3_NS}">', el("Bucket", req.bucket),
             el("KeyMarker", enc(key_marker)), el("UploadIdMarker", uid_marker)]

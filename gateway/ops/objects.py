@@ -3,7 +3,6 @@ HeadObject, DeleteObject, DeleteObjects."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 from typing import Any
@@ -79,11 +78,11 @@ def checksum_headers(ck: dict[str, str]) -> dict[str, str]:
 
 # ---- PUT --------------------------------------------------------------------------------
 
-def put_conditions(req: S3Request) -> tuple[bool, str | None]:
+async def put_conditions(req: S3Request) -> tuple[bool, str | None]:
     """(if_absent, required version) for a conditional PUT, checked now and at commit."""
     inm = req.headers.get("if-none-match")
     im = req.headers.get("if-match")
-    cur = req.gw.store.get_object(req.bucket, req.key) if (inm or im) else None
+    cur = await req.gw.store.get_object(req.bucket, req.key) if (inm or im) else None
     if inm is not None:
         if inm.strip() != "*":
             raise S3Error("NotImplemented", "If-None-Match on PUT supports only '*'.")
@@ -106,12 +105,11 @@ async def store_object(req: S3Request, rec: ObjectRecord, marks: list[int], *,
     layouts are freed and 412 raised."""
     if os.environ.get("ZONEGATE_TEST_CRASH_BEFORE_COMMIT") == rec.key:
         os._exit(70)  # fault injection for the crash tests: data written, metadata not
-    # Commits wait for fsync: off the event loop.
-    conflict = await asyncio.to_thread(req.gw.store.put_object, rec, if_absent=if_absent,
-                                       if_version=if_version,
-                                       upload_id=upload_id, release=marks)
+    conflict = await req.gw.store.put_object(rec, if_absent=if_absent,
+                                             if_version=if_version,
+                                             upload_id=upload_id, release=marks)
     if conflict is not None:
-        req.gw.store.queue_orphans(rec.layouts())
+        await req.gw.store.queue_orphans(rec.layouts())
         notify_sweeper(req)
         raise S3Error("PreconditionFailed",
                       Condition="If-None-Match" if if_absent else "If-Match")
@@ -145,11 +143,11 @@ async def write_single(req: S3Request, rec: ObjectRecord, body: Any) -> int:
 
 
 async def put_object(req: S3Request) -> Response:
-    require_bucket(req)
+    await require_bucket(req)
     check_key(req.key)
     headers = stored_headers(req)
     meta = user_metadata(req)
-    if_absent, if_version = put_conditions(req)
+    if_absent, if_version = await put_conditions(req)
     body = request_body(req, max_size=MAX_PART_SIZE)
     known_length(body)
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
@@ -224,10 +222,10 @@ def check_version_id(req: S3Request) -> None:
         raise S3Error("NoSuchVersion", Key=req.key, VersionId=vid)
 
 
-def get_existing(req: S3Request) -> ObjectRecord:
-    require_bucket(req)
+async def get_existing(req: S3Request) -> ObjectRecord:
+    await require_bucket(req)
     check_version_id(req)
-    obj = req.gw.store.get_object(req.bucket, req.key)
+    obj = await req.gw.store.get_object(req.bucket, req.key)
     if obj is None:
         raise S3Error("NoSuchKey", resource=req.resource, Key=req.key)
     return obj
@@ -258,7 +256,7 @@ def override_value(param: str, value: str) -> str:
 
 
 async def _get_or_head(req: S3Request, head: bool) -> Response:
-    obj = get_existing(req)
+    obj = await get_existing(req)
     headers = response_headers(req, obj)
     try:
         check_conditions(obj, req.headers)
@@ -317,15 +315,15 @@ async def head_object(req: S3Request) -> Response:
 # ---- DELETE -----------------------------------------------------------------------------
 
 async def delete_object(req: S3Request) -> Response:
-    require_bucket(req)
+    await require_bucket(req)
     check_version_id(req)
-    if req.gw.store.delete_object(req.bucket, req.key) is not None:
+    if await req.gw.store.delete_object(req.bucket, req.key) is not None:
         notify_sweeper(req)
     return Response(status_code=204)
 
 
 async def delete_objects(req: S3Request) -> Response:
-    require_bucket(req)
+    await require_bucket(req)
     root = parse_xml(await read_small_body(req))
     if root.tag != "Delete":
         raise S3Error("MalformedXML")
@@ -347,7 +345,7 @@ async def delete_objects(req: S3Request) -> Response:
             continue
         try:
             check_key(key)
-            if req.gw.store.delete_object(req.bucket, key) is not None:
+            if await req.gw.store.delete_object(req.bucket, key) is not None:
                 freed = True
         except S3Error as e:
             out.append(f"<Error>{el('Key', key)}{vxml}{el('Code', e.code)}"

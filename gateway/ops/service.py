@@ -24,7 +24,7 @@ async def list_buckets(req: S3Request) -> Response:
     token = req.query.get("continuation-token")
     after = _untoken(token) if token else ""
     limit = int_arg(req, "max-buckets", 10000, lo=1, hi=10000)
-    rows = [b for b in req.gw.store.list_buckets(owner=req.user)
+    rows = [b for b in await req.gw.store.list_buckets(owner=req.user)
             if b.name.startswith(prefix) and b.name > after]
     page, more = rows[:limit], len(rows) > limit
     body = "".join(

@@ -1,0 +1,138 @@
+"""Key order and listing walks shared by every store backend.
+
+Keys are compared as their UTF-8 bytes (S3's binary order). A listing is a walk over key
+ranges: `ObjectWalk` says which range to fetch next and folds the rows fetched into a page, so
+that SQLite and PostgreSQL page, roll up and resume exactly alike; only the SQL differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from gateway.metadata.store import ListPage
+
+# Rows fetched per range query of a listing walk: keeps each query short.
+BATCH = 1000
+
+
+def key_bytes(key: str) -> bytes:
+    return key.encode("utf-8", "surrogatepass")
+
+
+def key_str(key: bytes) -> str:
+    return bytes(key).decode("utf-8", "surrogatepass")
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """Smallest byte string greater than every string starting with prefix (None: no bound)."""
+    p = bytearray(prefix)
+    while p:
+        if p[-1] < 0xFF:
+            p[-1] += 1
+            return bytes(p)
+        p.pop()
+    return None
+
+
+class ObjectWalk:
+    """Walk keys > after under prefix; keys holding the delimiter after the prefix roll up into
+    one common prefix each, and both count toward limit (as in S3).
+
+    Drive it with `while (r := walk.next_range()) is not None: walk.feed(fetch(*r))`: a range
+    is (lower, inclusive, end) meaning `key >= lower` (or `> lower`) and `key < end` (end None:
+    no bound), at most BATCH rows in key order. `key_of(row)` gives a row's key bytes and
+    `item_of(row)` its page item."""
+
+    def __init__(self, prefix: str, delimiter: str, after: str, limit: int,
+                 key_of: Callable[[Any], bytes], item_of: Callable[[Any], Any]) -> None:
+        self.bp, self.bd = key_bytes(prefix), key_bytes(delimiter)
+        self.end = prefix_end(self.bp) if self.bp else None
+        self.limit = limit
+        self.key_of, self.item_of = key_of, item_of
+        self.lower, self.inclusive = self.bp, True
+        self.items: list[Any] = []
+        self.prefixes: list[str] = []
+        self.count = 0
+        self.truncated = False
+        self.last: str | None = None
+        self.done = False
+        ba = key_bytes(after)
+        if ba and ba >= self.bp:
+            self.lower, self.inclusive = ba, False
+            if self.bd:
+                # A marker inside a rolled-up prefix: that prefix was already returned.
+                i = ba.find(self.bd, len(self.bp))
+                if i >= 0:
+                    nxt = prefix_end(ba[:i + len(self.bd)])
+                    if nxt is None:
+                        self.done = True
+                    else:
+                        self.lower, self.inclusive = nxt, True
+
+    def next_range(self) -> tuple[bytes, bool, bytes | None] | None:
+        return None if self.done else (self.lower, self.inclusive, self.end)
+
+    def feed(self, rows: list[Any]) -> None:
+        if not rows:
+            self.done = True
+            return
+        jumped = False
+        for row in rows:
+            kb = bytes(self.key_of(row))
+            if self.count >= self.limit:
+                self.truncated = self.done = True
+                return
+            if self.bd:
+                i = kb.find(self.bd, len(self.bp))
+                if i >= 0:
+                    cp = kb[:i + len(self.bd)]
+                    self.prefixes.append(key_str(cp))
+                    self.count += 1
+                    self.last = key_str(cp)
+                    nxt = prefix_end(cp)
+                    if nxt is None:
+                        self.done = True
+                        return
+                    self.lower, self.inclusive, jumped = nxt, True, True
+                    break
+            self.items.append(self.item_of(row))
+            self.count += 1
+            self.last = key_str(kb)
+            self.lower, self.inclusive = kb, False
+        if not jumped and len(rows) < BATCH:
+            self.done = True
+
+    def page(self) -> ListPage:
+        truncated = self.truncated and self.limit != 0
+        return ListPage(self.items, self.prefixes, truncated, self.last if truncated else None)
+
+
+def rollup_uploads(rows: Iterable[Any], prefix: str, delimiter: str, limit: int,
+                   key_of: Callable[[Any], bytes], item_of: Callable[[Any], Any]) -> ListPage:
+    """A page of uploads from rows sorted by (key, upload id), already past the markers and
+    under the prefix: keys holding the delimiter after the prefix roll up."""
+    bp, bd = key_bytes(prefix), key_bytes(delimiter)
+    items: list[Any] = []
+    prefixes: list[str] = []
+    truncated = False
+    last: str | None = None
+    for row in rows:
+        kb = bytes(key_of(row))
+        cp = None
+        if bd:
+            i = kb.find(bd, len(bp))
+            if i >= 0:
+                cp = key_str(kb[:i + len(bd)])
+        if cp is not None and prefixes and prefixes[-1] == cp:
+            continue
+        if len(items) + len(prefixes) >= limit:
+            truncated = True
+            break
+        if cp is not None:
+            prefixes.append(cp)
+            last = cp
+        else:
+            items.append(item_of(row))
+            last = key_str(kb)
+    return ListPage(items, prefixes, truncated, last if truncated else None)

@@ -70,8 +70,32 @@ def lower_headers(headers: Headers) -> dict[str, list[str]]:
     multi-valued mapping whose items() yields repeated names (starlette's Headers)."""
     out: dict[str, list[str]] = {}
     for name, value in headers.items():
-        out.setdefault(name.lower(), []).append(value)
+        out.setdefault(name.lower(), []).append(wire_text(value))
     return out
+
+
+def wire_text(value: str) -> str:
+    """A header value as the client's text. ASGI servers hand header bytes over decoded as
+    latin-1; clients sign (and mean) UTF-8, e.g. non-ASCII x-amz-meta-* values. So the bytes
+    are decoded as UTF-8, any invalid byte kept as a surrogate escape: `signed_bytes` then
+    gives back exactly the bytes received."""
+    if value.isascii():
+        return value
+    try:
+        raw = value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value  # not wire bytes (a caller's own text)
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def signed_bytes(text: str) -> bytes:
+    """The bytes a string to sign stands for (see `wire_text`)."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def shown_text(text: str) -> str:
+    """A string to sign or canonical request made printable for an error body."""
+    return signed_bytes(text).decode("utf-8", "replace")
 
 
 def first(h: dict[str, list[str]], name: str) -> str | None:

@@ -22,6 +22,8 @@ from gateway.auth.common import (
     first,
     lower_headers,
     parse_http_date,
+    shown_text,
+    signed_bytes,
 )
 from gateway.auth.credentials import CredentialLookup
 from gateway.errors import S3Error
@@ -86,7 +88,7 @@ def string_to_sign(method: str, h: dict[str, list[str]], date_line: str, resourc
 
 
 def sign(secret: str, sts: str) -> str:
-    mac = hmac.new(secret.encode("utf-8"), sts.encode("utf-8"), hashlib.sha1).digest()
+    mac = hmac.new(secret.encode("utf-8"), signed_bytes(sts), hashlib.sha1).digest()
     return base64.b64encode(mac).decode("ascii")
 
 
@@ -123,6 +125,8 @@ def verify_header(
     amz_date = first(h, "x-amz-date")
     try:
         request_time = parse_http_date(amz_date if amz_date is not None else (date or ""))
+        if request_time < 0:
+            raise ValueError("before the epoch")  # S3: AccessDenied, not a clock skew
     except (ValueError, OverflowError):
         raise S3Error("AccessDenied", "AWS authentication requires a valid Date or x-amz-date "
                                       "header") from None
@@ -139,7 +143,7 @@ def verify_header(
             if _equal(sign(secret, sts), sig):
                 return AuthResult(user=user, access_key=access_key, method="v2-header",
                                   content_sha256=UNSIGNED_PAYLOAD, signature=sig)
-    raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=access_key, StringToSign=sts,
+    raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=access_key, StringToSign=shown_text(sts),
                   SignatureProvided=sig)
 
 
@@ -187,5 +191,5 @@ def verify_query(
         if _equal(sign(secret, sts), sig):
             return AuthResult(user=user, access_key=access_key, method="v2-query",
                               content_sha256=UNSIGNED_PAYLOAD, signature=sig)
-    raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=access_key, StringToSign=sts,
+    raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=access_key, StringToSign=shown_text(sts),
                   SignatureProvided=sig)

@@ -34,6 +34,8 @@ from gateway.auth.common import (
     lower_headers,
     parse_amz_date,
     parse_http_date,
+    shown_text,
+    signed_bytes,
 )
 from gateway.auth.credentials import CredentialLookup
 from gateway.errors import S3Error
@@ -88,7 +90,7 @@ def canonical_request(
 
 def string_to_sign(amz_date: str, scope: str, canonical: str) -> str:
     return "\n".join(
-        (ALGORITHM, amz_date, scope, hashlib.sha256(canonical.encode("utf-8")).hexdigest())
+        (ALGORITHM, amz_date, scope, hashlib.sha256(signed_bytes(canonical)).hexdigest())
     )
 
 
@@ -223,7 +225,7 @@ def _mismatch(access_key: str, sts: str, sig: str, canonical: str) -> S3Error:
         AWSAccessKeyId=access_key,
         StringToSign=sts,
         SignatureProvided=sig,
-        CanonicalRequest=canonical,
+        CanonicalRequest=shown_text(canonical),
     )
 
 
@@ -301,7 +303,8 @@ def verify_presigned(
     """Verify a SigV4 presigned URL (X-Amz-Algorithm, X-Amz-Credential, X-Amz-Date,
     X-Amz-Expires, X-Amz-SignedHeaders, X-Amz-Signature in the query).
 
-    X-Amz-Expires must be 1..604800 (7 days); past it -> AccessDenied "Request has expired".
+    X-Amz-Expires must be 0..604800 (7 days), else AccessDenied; past it -> AccessDenied
+    "Request has expired".
     An x-amz-* header the URL did not sign -> AccessDenied, as for the header form.
     The payload is UNSIGNED-PAYLOAD unless the URL (or a signed header) fixes
     x-amz-content-sha256.
@@ -331,15 +334,17 @@ def verify_presigned(
         raise S3Error(err, "X-Amz-Date must be in the ISO8601 Long Format "
                            "\"yyyyMMdd'T'HHmmss'Z'\"") from None
     expires_s = q["X-Amz-Expires"]
+    # Out of range is a 403 AccessDenied (with S3's wording), as for an expired URL.
     if expires_s.startswith("-") and expires_s[1:].isascii() and expires_s[1:].isdigit():
-        raise S3Error(err, "X-Amz-Expires must be non-negative")
+        raise S3Error("AccessDenied", "X-Amz-Expires must be non-negative")
     try:
         # Saturated: any count of digits past a week is "more than a week", never a 500.
         expires = parse_uint(expires_s, hi=MAX_PRESIGN_EXPIRES + 1, saturate=True)
     except ValueError:
-        raise S3Error(err, "X-Amz-Expires should be a number") from None
+        raise S3Error("AccessDenied", "X-Amz-Expires should be a number") from None
     if expires > MAX_PRESIGN_EXPIRES:
-        raise S3Error(err, "X-Amz-Expires must be less than a week (in seconds) that is 604800")
+        raise S3Error("AccessDenied",
+                      "X-Amz-Expires must be less than a week (in seconds) that is 604800")
     if amz_date[:8] != cred_date:
         raise S3Error(err, f"Invalid credential date \"{cred_date}\". This date is not the same "
                            f"as X-Amz-Date: \"{amz_date[:8]}\".")

@@ -65,6 +65,27 @@ class AuthResult:
         return v if len(v) == 64 and set(v) <= _HEX else None
 
 
+def signed_readings(h: dict[str, list[str]]) -> list[dict[str, list[str]]]:
+    """The header readings a signature may have been computed over: the bytes received
+    (`wire_text`, what AWS and curl sign), and, when a value is not ASCII, also each value's
+    latin-1 text as UTF-8 (what botocore signs for a str header it then sends as latin-1).
+    Both are readings of the same received bytes, so accepting either lets no one sign a
+    request they did not sign."""
+    legacy: dict[str, list[str]] = {}
+    differs = False
+    for name, values in h.items():
+        out = []
+        for v in values:
+            try:
+                old = signed_bytes(v).decode("latin-1")
+            except UnicodeError:
+                old = v
+            differs |= old != v
+            out.append(old)
+        legacy[name] = out
+    return [h, legacy] if differs else [h]
+
+
 def lower_headers(headers: Headers) -> dict[str, list[str]]:
     """Header name (lowercased) -> all its values, in order. Accepts a plain dict or a
     multi-valued mapping whose items() yields repeated names (starlette's Headers)."""

@@ -24,6 +24,7 @@ from gateway.auth.common import (
     parse_http_date,
     shown_text,
     signed_bytes,
+    signed_readings,
 )
 from gateway.auth.credentials import CredentialLookup
 from gateway.errors import S3Error
@@ -137,12 +138,14 @@ def verify_header(
     if amz_date is not None and date_lines[0] != "":
         date_lines.append("")
     sts = ""
-    for resource in _resources(raw_path, query, resource_prefix):
-        for date_line in date_lines:
-            sts = string_to_sign(method, h, date_line, resource)
-            if _equal(sign(secret, sts), sig):
-                return AuthResult(user=user, access_key=access_key, method="v2-header",
-                                  content_sha256=UNSIGNED_PAYLOAD, signature=sig)
+    for reading in signed_readings(h):
+        for resource in _resources(raw_path, query, resource_prefix):
+            for date_line in date_lines:
+                sts = sts or string_to_sign(method, reading, date_line, resource)
+                if _equal(sign(secret, string_to_sign(method, reading, date_line, resource)),
+                          sig):
+                    return AuthResult(user=user, access_key=access_key, method="v2-header",
+                                      content_sha256=UNSIGNED_PAYLOAD, signature=sig)
     raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=access_key, StringToSign=shown_text(sts),
                   SignatureProvided=sig)
 
@@ -186,10 +189,11 @@ def verify_query(
             "%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
     h = lower_headers(headers)
     sts = ""
-    for resource in _resources(raw_path, query, resource_prefix):
-        sts = string_to_sign(method, h, expires_s, resource)
-        if _equal(sign(secret, sts), sig):
-            return AuthResult(user=user, access_key=access_key, method="v2-query",
-                              content_sha256=UNSIGNED_PAYLOAD, signature=sig)
+    for reading in signed_readings(h):
+        for resource in _resources(raw_path, query, resource_prefix):
+            sts = sts or string_to_sign(method, reading, expires_s, resource)
+            if _equal(sign(secret, string_to_sign(method, reading, expires_s, resource)), sig):
+                return AuthResult(user=user, access_key=access_key, method="v2-query",
+                                  content_sha256=UNSIGNED_PAYLOAD, signature=sig)
     raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=access_key, StringToSign=shown_text(sts),
                   SignatureProvided=sig)

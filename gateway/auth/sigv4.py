@@ -36,6 +36,7 @@ from gateway.auth.common import (
     parse_http_date,
     shown_text,
     signed_bytes,
+    signed_readings,
 )
 from gateway.auth.credentials import CredentialLookup
 from gateway.errors import S3Error
@@ -278,13 +279,19 @@ def verify_header(
                       "Missing required header for this request: x-amz-content-sha256")
     content_sha256 = check_content_sha256(content_sha256)
     refuse_unsigned_amz_headers(h, signed)
-    canonical = canonical_request(method, raw_path, query, h, signed,
-                                  first(h, "x-amz-content-sha256") or "")
     scope = f"{cred_date}/{region}/{service}/aws4_request"
-    sts = string_to_sign(amz_date, scope, canonical)
     key = signing_key(secret, cred_date, region, service)
-    if not signatures_equal(sign(key, sts), sig):
-        raise _mismatch(access_key, sts, sig, canonical)
+    first_try: tuple[str, str] | None = None
+    for reading in signed_readings(h):
+        canonical = canonical_request(method, raw_path, query, reading, signed,
+                                      first(h, "x-amz-content-sha256") or "")
+        sts = string_to_sign(amz_date, scope, canonical)
+        first_try = first_try or (sts, canonical)
+        if signatures_equal(sign(key, sts), sig):
+            break
+    else:
+        assert first_try is not None
+        raise _mismatch(access_key, first_try[0], sig, first_try[1])
     return AuthResult(
         user=user, access_key=access_key, method="v4-header", content_sha256=content_sha256,
         signature=sig, signing_key=key, scope=scope, amz_date=amz_date, region=region,
@@ -364,14 +371,20 @@ def verify_presigned(
     if payload is None and "x-amz-content-sha256" in signed:
         payload = first(h, "x-amz-content-sha256")
     payload = check_content_sha256(payload) if payload is not None else UNSIGNED_PAYLOAD
-    canonical = canonical_request(
-        method, raw_path, [(k, v) for k, v in query if k != "X-Amz-Signature"], h, signed,
-        payload)
     scope = f"{cred_date}/{region}/{service}/aws4_request"
-    sts = string_to_sign(amz_date, scope, canonical)
     key = signing_key(secret, cred_date, region, service)
-    if not signatures_equal(sign(key, sts), sig):
-        raise _mismatch(access_key, sts, sig, canonical)
+    first_try: tuple[str, str] | None = None
+    for reading in signed_readings(h):
+        canonical = canonical_request(
+            method, raw_path, [(k, v) for k, v in query if k != "X-Amz-Signature"], reading,
+            signed, payload)
+        sts = string_to_sign(amz_date, scope, canonical)
+        first_try = first_try or (sts, canonical)
+        if signatures_equal(sign(key, sts), sig):
+            break
+    else:
+        assert first_try is not None
+        raise _mismatch(access_key, first_try[0], sig, first_try[1])
     return AuthResult(
         user=user, access_key=access_key, method="v4-query", content_sha256=payload,
         signature=sig, signing_key=key, scope=scope, amz_date=amz_date, region=region,

@@ -110,6 +110,9 @@ def test_part_number_on_multipart_and_single_part_objects(s3, bkt):
         s3.get_object(Bucket=bkt, Key="pn/mp", PartNumber=3)
     assert code(e) == "InvalidPartNumber"
     assert s3.head_object(Bucket=bkt, Key="pn/mp")["PartsCount"] == 2
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bkt, Key="pn/mp", PartNumber=1, Range="bytes=0-1")
+    assert code(e) == "InvalidRequest"
 
     s3.put_object(Bucket=bkt, Key="pn/single", Body=b"hello world")
     g = s3.get_object(Bucket=bkt, Key="pn/single", PartNumber=1)

@@ -372,6 +372,9 @@ async def _get_or_head(req: S3Request, head: bool) -> Response:
             raise S3Error("InvalidArgument", "Part number must be an integer between 1 and "
                           "10000, inclusive", ArgumentName="partNumber",
                           ArgumentValue=shown(part_number))
+        if req.headers.get("range"):
+            raise S3Error("InvalidRequest", "Cannot specify both Range header and partNumber "
+                          "query parameter.")
         count = len(obj.parts) if is_multipart(obj) else 1
         if pn > count:
             raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable",

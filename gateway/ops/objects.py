@@ -40,7 +40,7 @@ from gateway.ops.common import (
     x,
     xml_response,
 )
-from gateway.storage import MANIFEST_PART, new_version, part_uid
+from gateway.storage import COALESCE, MANIFEST_PART, new_version, part_uid
 
 RESPONSE_OVERRIDES = {
     "response-content-type": "Content-Type",
@@ -174,7 +174,11 @@ async def _fill(it: Any, carry: bytes) -> tuple[bytes, bytes, bool]:
 
 
 async def _one(data: bytes) -> Any:
-    yield data
+    # In COALESCE-sized pieces, as a streamed body arrives: the erasure writer encodes them
+    # without regrouping.
+    view = memoryview(data)
+    for i in range(0, len(data), COALESCE):
+        yield bytes(view[i:i + COALESCE])
 
 
 async def write_streamed(req: S3Request, rec: ObjectRecord, body: Any) -> list[int]:

@@ -294,6 +294,10 @@ async def _drain(request: Request, limit: int = 1 << 20) -> bool:
         return False
     if request.headers.get("expect", "").lower() == "100-continue":
         return True  # uvicorn sent no 100 Continue: the client has not sent the body
+    if cl is not None and not chunked and (not cl.isdigit() or int(cl) > limit):
+        # Too much to read first (the client may even be waiting for the answer before it
+        # sends it): answer now and close the connection.
+        return True
     n = 0
     try:
         async for chunk in request.stream():

@@ -138,6 +138,10 @@ class SameAnswers(RuleBasedStateMachine):
     def delete_object(self, bucket: str, key: str) -> None:
         self.same(lambda s: s.delete_object(bucket, key))
 
+    @rule(bucket=buckets, batch=st.lists(keys, max_size=4))
+    def delete_objects(self, bucket: str, batch: list[str]) -> None:
+        self.same(lambda s: s.delete_objects(bucket, batch))
+
     @rule(bucket=buckets, prefix=prefixes, delimiter=delimiters, after=st.just("") | keys,
           limit=st.integers(0, 6))
     def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,

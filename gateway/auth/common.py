@@ -65,13 +65,58 @@ class AuthResult:
         return v if len(v) == 64 and set(v) <= _HEX else None
 
 
+def signed_readings(h: dict[str, list[str]]) -> list[dict[str, list[str]]]:
+    """The header readings a signature may have been computed over: the bytes received
+    (`wire_text`, what AWS and curl sign), and, when a value is not ASCII, also each value's
+    latin-1 text as UTF-8 (what botocore signs for a str header it then sends as latin-1).
+    Both are readings of the same received bytes, so accepting either lets no one sign a
+    request they did not sign."""
+    legacy: dict[str, list[str]] = {}
+    differs = False
+    for name, values in h.items():
+        out = []
+        for v in values:
+            try:
+                old = signed_bytes(v).decode("latin-1")
+            except UnicodeError:
+                old = v
+            differs |= old != v
+            out.append(old)
+        legacy[name] = out
+    return [h, legacy] if differs else [h]
+
+
 def lower_headers(headers: Headers) -> dict[str, list[str]]:
     """Header name (lowercased) -> all its values, in order. Accepts a plain dict or a
     multi-valued mapping whose items() yields repeated names (starlette's Headers)."""
     out: dict[str, list[str]] = {}
     for name, value in headers.items():
-        out.setdefault(name.lower(), []).append(value)
+        out.setdefault(name.lower(), []).append(wire_text(value))
     return out
+
+
+def wire_text(value: str) -> str:
+    """A header value as the client's text. ASGI servers hand header bytes over decoded as
+    latin-1; clients sign (and mean) UTF-8, e.g. non-ASCII x-amz-meta-* values. So the bytes
+    are decoded as UTF-8, any invalid byte kept as a surrogate escape: `signed_bytes` then
+    gives back exactly the bytes received."""
+    if value.isascii():
+        return value
+    try:
+        raw = value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value  # not wire bytes (a caller's own text)
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def signed_bytes(text: str) -> bytes:
+    """The bytes a string to sign stands for (see `wire_text`)."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def shown_text(text: str) -> str:
+    """A string to sign or canonical request made printable for an error body."""
+    return signed_bytes(text).decode("utf-8", "replace")
 
 
 def first(h: dict[str, list[str]], name: str) -> str | None:

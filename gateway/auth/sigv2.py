@@ -22,6 +22,9 @@ from gateway.auth.common import (
     first,
     lower_headers,
     parse_http_date,
+    shown_text,
+    signed_bytes,
+    signed_readings,
 )
 from gateway.auth.credentials import CredentialLookup
 from gateway.errors import S3Error
@@ -86,7 +89,7 @@ def string_to_sign(method: str, h: dict[str, list[str]], date_line: str, resourc
 
 
 def sign(secret: str, sts: str) -> str:
-    mac = hmac.new(secret.encode("utf-8"), sts.encode("utf-8"), hashlib.sha1).digest()
+    mac = hmac.new(secret.encode("utf-8"), signed_bytes(sts), hashlib.sha1).digest()
     return base64.b64encode(mac).decode("ascii")
 
 
@@ -123,6 +126,8 @@ def verify_header(
     amz_date = first(h, "x-amz-date")
     try:
         request_time = parse_http_date(amz_date if amz_date is not None else (date or ""))
+        if request_time < 0:
+            raise ValueError("before the epoch")  # S3: AccessDenied, not a clock skew
     except (ValueError, OverflowError):
         raise S3Error("AccessDenied", "AWS authentication requires a valid Date or x-amz-date "
                                       "header") from None
@@ -133,13 +138,15 @@ def verify_header(
     if amz_date is not None and date_lines[0] != "":
         date_lines.append("")
     sts = ""
-    for resource in _resources(raw_path, query, resource_prefix):
-        for date_line in date_lines:
-            sts = string_to_sign(method, h, date_line, resource)
-            if _equal(sign(secret, sts), sig):
-                return AuthResult(user=user, access_key=access_key, method="v2-header",
-                                  content_sha256=UNSIGNED_PAYLOAD, signature=sig)
-    raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=access_key, StringToSign=sts,
+    for reading in signed_readings(h):
+        for resource in _resources(raw_path, query, resource_prefix):
+            for date_line in date_lines:
+                sts = sts or string_to_sign(method, reading, date_line, resource)
+                if _equal(sign(secret, string_to_sign(method, reading, date_line, resource)),
+                          sig):
+                    return AuthResult(user=user, access_key=access_key, method="v2-header",
+                                      content_sha256=UNSIGNED_PAYLOAD, signature=sig)
+    raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=access_key, StringToSign=shown_text(sts),
                   SignatureProvided=sig)
 
 
@@ -182,10 +189,11 @@ def verify_query(
             "%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
     h = lower_headers(headers)
     sts = ""
-    for resource in _resources(raw_path, query, resource_prefix):
-        sts = string_to_sign(method, h, expires_s, resource)
-        if _equal(sign(secret, sts), sig):
-            return AuthResult(user=user, access_key=access_key, method="v2-query",
-                              content_sha256=UNSIGNED_PAYLOAD, signature=sig)
-    raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=access_key, StringToSign=sts,
+    for reading in signed_readings(h):
+        for resource in _resources(raw_path, query, resource_prefix):
+            sts = sts or string_to_sign(method, reading, expires_s, resource)
+            if _equal(sign(secret, string_to_sign(method, reading, expires_s, resource)), sig):
+                return AuthResult(user=user, access_key=access_key, method="v2-query",
+                                  content_sha256=UNSIGNED_PAYLOAD, signature=sig)
+    raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=access_key, StringToSign=shown_text(sts),
                   SignatureProvided=sig)

@@ -34,6 +34,9 @@ from gateway.auth.common import (
     lower_headers,
     parse_amz_date,
     parse_http_date,
+    shown_text,
+    signed_bytes,
+    signed_readings,
 )
 from gateway.auth.credentials import CredentialLookup
 from gateway.errors import S3Error
@@ -88,7 +91,7 @@ def canonical_request(
 
 def string_to_sign(amz_date: str, scope: str, canonical: str) -> str:
     return "\n".join(
-        (ALGORITHM, amz_date, scope, hashlib.sha256(canonical.encode("utf-8")).hexdigest())
+        (ALGORITHM, amz_date, scope, hashlib.sha256(signed_bytes(canonical)).hexdigest())
     )
 
 
@@ -223,7 +226,7 @@ def _mismatch(access_key: str, sts: str, sig: str, canonical: str) -> S3Error:
         AWSAccessKeyId=access_key,
         StringToSign=sts,
         SignatureProvided=sig,
-        CanonicalRequest=canonical,
+        CanonicalRequest=shown_text(canonical),
     )
 
 
@@ -276,13 +279,19 @@ def verify_header(
                       "Missing required header for this request: x-amz-content-sha256")
     content_sha256 = check_content_sha256(content_sha256)
     refuse_unsigned_amz_headers(h, signed)
-    canonical = canonical_request(method, raw_path, query, h, signed,
-                                  first(h, "x-amz-content-sha256") or "")
     scope = f"{cred_date}/{region}/{service}/aws4_request"
-    sts = string_to_sign(amz_date, scope, canonical)
     key = signing_key(secret, cred_date, region, service)
-    if not signatures_equal(sign(key, sts), sig):
-        raise _mismatch(access_key, sts, sig, canonical)
+    first_try: tuple[str, str] | None = None
+    for reading in signed_readings(h):
+        canonical = canonical_request(method, raw_path, query, reading, signed,
+                                      first(h, "x-amz-content-sha256") or "")
+        sts = string_to_sign(amz_date, scope, canonical)
+        first_try = first_try or (sts, canonical)
+        if signatures_equal(sign(key, sts), sig):
+            break
+    else:
+        assert first_try is not None
+        raise _mismatch(access_key, first_try[0], sig, first_try[1])
     return AuthResult(
         user=user, access_key=access_key, method="v4-header", content_sha256=content_sha256,
         signature=sig, signing_key=key, scope=scope, amz_date=amz_date, region=region,
@@ -301,7 +310,8 @@ def verify_presigned(
     """Verify a SigV4 presigned URL (X-Amz-Algorithm, X-Amz-Credential, X-Amz-Date,
     X-Amz-Expires, X-Amz-SignedHeaders, X-Amz-Signature in the query).
 
-    X-Amz-Expires must be 1..604800 (7 days); past it -> AccessDenied "Request has expired".
+    X-Amz-Expires must be 0..604800 (7 days), else AccessDenied; past it -> AccessDenied
+    "Request has expired".
     An x-amz-* header the URL did not sign -> AccessDenied, as for the header form.
     The payload is UNSIGNED-PAYLOAD unless the URL (or a signed header) fixes
     x-amz-content-sha256.
@@ -331,15 +341,17 @@ def verify_presigned(
         raise S3Error(err, "X-Amz-Date must be in the ISO8601 Long Format "
                            "\"yyyyMMdd'T'HHmmss'Z'\"") from None
     expires_s = q["X-Amz-Expires"]
+    # Out of range is a 403 AccessDenied (with S3's wording), as for an expired URL.
     if expires_s.startswith("-") and expires_s[1:].isascii() and expires_s[1:].isdigit():
-        raise S3Error(err, "X-Amz-Expires must be non-negative")
+        raise S3Error("AccessDenied", "X-Amz-Expires must be non-negative")
     try:
         # Saturated: any count of digits past a week is "more than a week", never a 500.
         expires = parse_uint(expires_s, hi=MAX_PRESIGN_EXPIRES + 1, saturate=True)
     except ValueError:
-        raise S3Error(err, "X-Amz-Expires should be a number") from None
+        raise S3Error("AccessDenied", "X-Amz-Expires should be a number") from None
     if expires > MAX_PRESIGN_EXPIRES:
-        raise S3Error(err, "X-Amz-Expires must be less than a week (in seconds) that is 604800")
+        raise S3Error("AccessDenied",
+                      "X-Amz-Expires must be less than a week (in seconds) that is 604800")
     if amz_date[:8] != cred_date:
         raise S3Error(err, f"Invalid credential date \"{cred_date}\". This date is not the same "
                            f"as X-Amz-Date: \"{amz_date[:8]}\".")
@@ -359,14 +371,20 @@ def verify_presigned(
     if payload is None and "x-amz-content-sha256" in signed:
         payload = first(h, "x-amz-content-sha256")
     payload = check_content_sha256(payload) if payload is not None else UNSIGNED_PAYLOAD
-    canonical = canonical_request(
-        method, raw_path, [(k, v) for k, v in query if k != "X-Amz-Signature"], h, signed,
-        payload)
     scope = f"{cred_date}/{region}/{service}/aws4_request"
-    sts = string_to_sign(amz_date, scope, canonical)
     key = signing_key(secret, cred_date, region, service)
-    if not signatures_equal(sign(key, sts), sig):
-        raise _mismatch(access_key, sts, sig, canonical)
+    first_try: tuple[str, str] | None = None
+    for reading in signed_readings(h):
+        canonical = canonical_request(
+            method, raw_path, [(k, v) for k, v in query if k != "X-Amz-Signature"], reading,
+            signed, payload)
+        sts = string_to_sign(amz_date, scope, canonical)
+        first_try = first_try or (sts, canonical)
+        if signatures_equal(sign(key, sts), sig):
+            break
+    else:
+        assert first_try is not None
+        raise _mismatch(access_key, first_try[0], sig, first_try[1])
     return AuthResult(
         user=user, access_key=access_key, method="v4-query", content_sha256=payload,
         signature=sig, signing_key=key, scope=scope, amz_date=amz_date, region=region,

@@ -390,6 +390,23 @@ class PostgresStore(MetadataStore):
             return old
         return await self._tx(tx)
 
+    async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
+        # One transaction for the whole batch (DeleteObjects of 1000 keys), freed layouts
+        # queued together at the end, in key order, as SQLite does.
+        async def tx(c: asyncpg.Connection) -> list[ObjectRecord | None]:
+            out: list[ObjectRecord | None] = []
+            freed: list[dict] = []
+            for key in keys:
+                row = await c.fetchrow(f"DELETE FROM objects WHERE bucket=$1 AND key=$2 "
+                                       f"RETURNING {_OBJ_COLS}", bucket, key_bytes(key))
+                old = _obj(row) if row is not None else None
+                if old is not None:
+                    freed += old.layouts()
+                out.append(old)
+            await self._queue(c, freed, time.time() + self.free_delay)
+            return out
+        return await self._tx(tx)
+
     async def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                            limit: int) -> ListPage:
         walk = ObjectWalk(prefix, delimiter, after, limit, lambda r: r[1], _listed)

@@ -296,6 +296,20 @@ class SqliteStore(MetadataStore):
                 self._queue(c, old.layouts(), time.time() + self.free_delay)
             return old
 
+    def _delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
+        # One transaction (one fsync) for the whole batch: DeleteObjects of 1000 keys.
+        out: list[ObjectRecord | None] = []
+        freed: list[dict] = []
+        with self._tx() as c:
+            for key in keys:
+                old = self._get_obj(c, bucket, key)
+                if old is not None:
+                    c.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, _k(key)))
+                    freed += old.layouts()
+                out.append(old)
+            self._queue(c, freed, time.time() + self.free_delay)
+        return out
+
     def _list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                       limit: int) -> ListPage:
         c = self._conn()
@@ -475,6 +489,9 @@ class SqliteStore(MetadataStore):
 
     async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
         return await self._w(self._delete_object, bucket, key)
+
+    async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
+        return await self._w(self._delete_objects, bucket, keys)
 
     async def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                            limit: int) -> ListPage:

@@ -158,6 +158,12 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None: ...
 
+    async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
+        """Delete many keys of one bucket (DeleteObjects), their layouts queued for the
+        sweeper; one result per key, in order (None: the key was absent). Implementations
+        should do it in one transaction; this default only loops."""
+        return [await self.delete_object(bucket, k) for k in keys]
+
     @abc.abstractmethod
     async def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                      limit: int) -> ListPage:

@@ -64,6 +64,9 @@ async def create_bucket(req: S3Request) -> Response:
     existing = await req.gw.store.create_bucket(rec)
     if existing is not None:
         if existing.owner == req.user:
+            if existing.region == "us-east-1" and region == "us-east-1":
+                # AWS's legacy us-east-1 answer: 200, and nothing about the bucket changes.
+                return Response(b"", headers={"Location": "/" + name})
             raise S3Error("BucketAlreadyOwnedByYou", BucketName=name)
         raise S3Error("BucketAlreadyExists", BucketName=name)
     try:

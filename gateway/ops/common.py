@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import email.errors
+import email.header
 import email.utils
 import time
 import uuid
@@ -146,11 +149,37 @@ def stored_headers(req: S3Request) -> dict[str, str]:
     return out
 
 
+def meta_value_in(value: str) -> str:
+    """An x-amz-meta-* value as received -> the text stored. As S3: UTF-8 bytes are taken as
+    UTF-8 (other bytes as latin-1) and RFC 2047 encoded-words (`=?UTF-8?B?...?=`) decoded."""
+    if not value.isascii():
+        raw = value.encode("latin-1", "replace")
+        try:
+            value = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    if "=?" in value:
+        try:
+            value = str(email.header.make_header(email.header.decode_header(value)))
+        except (LookupError, ValueError, UnicodeError, email.errors.HeaderParseError):
+            pass  # not a well-formed encoded-word: kept as sent
+    return value
+
+
+def meta_value_out(value: str) -> str:
+    """The stored text as a header value: US-ASCII as is, anything else RFC 2047 encoded, as
+    S3 returns it (HTTP header values are not UTF-8 text)."""
+    if value.isascii() and "\r" not in value and "\n" not in value:
+        return value
+    return "=?UTF-8?B?" + base64.b64encode(value.encode("utf-8", "replace")).decode() + "?="
+
+
 def user_metadata(req: S3Request) -> dict[str, str]:
     meta: dict[str, str] = {}
     size = 0
     for name, value in req.headers.items():
         if name.lower().startswith("x-amz-meta-"):
+            value = meta_value_in(value)
             k = name[11:].lower()
             meta[k] = value if k not in meta else meta[k] + "," + value
             size += len(k.encode()) + len(value.encode())
@@ -162,7 +191,7 @@ def user_metadata(req: S3Request) -> dict[str, str]:
 def object_headers(headers: dict[str, str], user_meta: dict[str, str]) -> dict[str, str]:
     out = dict(headers)
     for k, v in user_meta.items():
-        out["x-amz-meta-" + k] = v
+        out["x-amz-meta-" + k] = meta_value_out(v)
     return out
 
 
@@ -214,18 +243,42 @@ def request_body(req: S3Request, *, max_size: int, checksum_algorithm: str | Non
     return body
 
 
-async def read_small_body(req: S3Request, limit: int = 4 * MiB) -> bytes:
+async def read_small_body(req: S3Request, limit: int = 4 * MiB,
+                          object_checksum: bool = False) -> bytes:
     """A whole small request body (XML documents), verified; MaxMessageLengthExceeded
-    past limit."""
+    past limit. object_checksum: the x-amz-checksum-* headers describe the object being made
+    (CompleteMultipartUpload), not this body: the caller checks them."""
     chunks: list[bytes] = []
     n = 0
-    body = RequestBody(req.auth, req.headers, req.request.stream(), md5=False)
+    headers: Any = req.headers
+    if object_checksum:
+        headers = [(k, v) for k, v in req.headers.items()
+                   if checksums.algorithm_from_header(k) is None
+                   and k.lower() not in ("x-amz-sdk-checksum-algorithm", "x-amz-checksum-type")]
+        headers = _Pairs(headers)
+    body = RequestBody(req.auth, headers, req.request.stream(), md5=False)
     async for chunk in body:
         n += len(chunk)
         if n > limit:
             raise S3Error("MaxMessageLengthExceeded")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+class _Pairs:
+    """Header pairs with the `.items()` and `.get()` of a headers mapping (names repeat)."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        self._pairs = pairs
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self._pairs)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        for k, v in self._pairs:
+            if k.lower() == name.lower():
+                return v
+        return default
 
 
 def parse_xml(data: bytes) -> Any:

@@ -101,8 +101,9 @@ async def list_objects_v2(req: S3Request) -> Response:
     enc, enc_xml = _encoder(req)
     token = req.query.get("continuation-token")
     start_after = req.query.get("start-after", "")
-    after = _untoken(token) if token is not None else start_after
-    if token is not None and start_after > after:
+    # An empty token is no token (S3 lists from the start and echoes it back empty).
+    after = _untoken(token) if token else start_after
+    if token and start_after > after:
         after = start_after
     page, prefix, delimiter, max_keys = await _page(req, after)
     owner = req.query.get("fetch-owner", "").lower() == "true"

@@ -177,7 +177,7 @@ def _complete_result(bucket: str, key: str, etag: str, checksum: dict[str, str])
 
 async def _listed_parts(req: S3Request) -> list[tuple[int, str, dict[str, str]]]:
     """The (part number, ETag, checksums) a CompleteMultipartUpload body lists."""
-    root = parse_xml(await read_small_body(req, 16 * 1024 * 1024))
+    root = parse_xml(await read_small_body(req, 16 * 1024 * 1024, object_checksum=True))
     if root.tag != "CompleteMultipartUpload":
         raise S3Error("MalformedXML")
     listed: list[tuple[int, str, dict[str, str]]] = []
@@ -207,6 +207,34 @@ async def _complete_again(req: S3Request, unknown: S3Error) -> Response:
     if [(n, etag) for n, etag, _ in listed] != [(p["number"], p["etag"]) for p in obj.parts]:
         raise unknown
     return _complete_result(obj.bucket, obj.key, obj.etag, obj.checksum)
+
+
+def _check_object_checksum(req: S3Request, up: UploadRecord, computed: dict[str, str]) -> None:
+    """An x-amz-checksum-<algo> header on CompleteMultipartUpload is the client's checksum of
+    the whole object (FULL_OBJECT: the CRC of all the bytes; COMPOSITE: with or without its
+    "-N"): compared with the one computed from the parts; mismatch -> BadDigest, nothing
+    stored."""
+    sent = [(a, v.strip()) for k, v in req.headers.items()
+            if (a := checksums.algorithm_from_header(k)) is not None]
+    if not sent:
+        return
+    ctype = req.headers.get("x-amz-checksum-type", "").strip().upper()
+    if ctype and up.checksum_type and ctype != up.checksum_type:
+        raise S3Error("InvalidRequest", f"The upload was created using the {up.checksum_type} "
+                      f"checksum mode. The complete request must use the same checksum mode.")
+    if len(sent) > 1:
+        raise S3Error("InvalidRequest", "Expecting a single x-amz-checksum- header. "
+                                        "Multiple checksum Types are not allowed.")
+    algo, value = sent[0]
+    if not computed or algo != computed["algorithm"]:
+        raise S3Error("InvalidRequest", f"The upload was created using the "
+                      f"{up.checksum_algorithm or 'null'} checksum algorithm. The complete "
+                      f"request must use the same checksum algorithm.")
+    mine = computed["value"]
+    if value != mine and value != mine.split("-")[0]:
+        checksums.parse_value(algo, value.split("-")[0])  # malformed: InvalidRequest
+        raise S3Error("BadDigest", f"The {algo} you specified did not match the calculated "
+                      "checksum.")
 
 
 async def complete_upload(req: S3Request) -> Response:
@@ -251,6 +279,7 @@ async def complete_upload(req: S3Request) -> Response:
     elif algo:
         raise S3Error("InvalidRequest", f"The upload was created using a {algo} checksum. The "
                       f"complete request must include the checksum for each part.")
+    _check_object_checksum(req, up, checksum)
     rec = ObjectRecord(bucket=up.bucket, key=up.key, size=sum(p.size for p in parts), etag=etag,
                        last_modified=now(), owner=up.owner, version=up.upload_id,
                        headers=up.headers, user_meta=up.user_meta, checksum=checksum,

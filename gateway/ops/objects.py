@@ -3,6 +3,9 @@ HeadObject, DeleteObject, DeleteObjects."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
 import os
 import re
 from typing import Any
@@ -37,7 +40,7 @@ from gateway.ops.common import (
     x,
     xml_response,
 )
-from gateway.storage import new_version, part_uid
+from gateway.storage import COALESCE, MANIFEST_PART, new_version, part_uid
 
 RESPONSE_OVERRIDES = {
     "response-content-type": "Content-Type",
@@ -123,9 +126,11 @@ def object_meta(rec: ObjectRecord) -> dict[str, Any]:
             "headers": rec.headers, "user_meta": rec.user_meta, "checksum": rec.checksum}
 
 
-async def write_single(req: S3Request, rec: ObjectRecord, body: Any) -> int:
+async def write_single(req: S3Request, rec: ObjectRecord, body: Any,
+                       source: Any = None, length: int | None = None) -> int:
     """Stream body into the object's one part; fills size, ETag, checksum and parts of rec.
-    Returns the pending mark to release at commit."""
+    Returns the pending mark to release at commit. `source`/`length`: the bytes to write
+    when body was already consumed into a buffer (a streamed PUT that fitted in one part)."""
 
     def archive_meta(_: Any) -> dict[str, Any]:
         # Called once the body is consumed and verified: the object is fully known.
@@ -135,11 +140,93 @@ async def write_single(req: S3Request, rec: ObjectRecord, body: Any) -> int:
         return {"kind": "object", "part": 1, "part_size": rec.size, "part_etag": rec.etag,
                 "object": object_meta(rec)}
 
-    layout, mark = await req.gw.storage.write(req.gw.store, part_uid(rec.version, 1), body,
-                                              length=known_length(body), stream=rec.bucket,
-                                              meta=archive_meta)
+    layout, mark = await req.gw.storage.write(
+        req.gw.store, part_uid(rec.version, 1), body if source is None else source,
+        length=known_length(body) if length is None else length, stream=rec.bucket,
+        meta=archive_meta)
     rec.parts = [{"number": 1, "size": rec.size, "etag": rec.etag, "layout": layout}]
     return mark
+
+
+# A PUT without a length (Transfer-Encoding: chunked, e.g. from a pipe): the erasure layer
+# needs each part's length before it starts, so the body is cut into internal parts of this
+# size, each buffered whole (bounded memory: one such part per request). A body that ends
+# within the first one is an ordinary one-part object; a longer one is stored like a multipart
+# object (parts plus a manifest, so recover-metadata finds it) but keeps the plain MD5 ETag
+# of a single PUT, and GET ?partNumber=1 still addresses the whole object.
+STREAM_PART = 8 * 1024 * 1024
+
+
+async def _fill(it: Any, carry: bytes) -> tuple[bytes, bytes, bool]:
+    """(up to STREAM_PART bytes, what was read past them, whether the body ended). Reads one
+    chunk past a full part to learn whether more follows (the chunks are ~1 MiB)."""
+    buf, n = [carry], len(carry)
+    while n <= STREAM_PART:
+        try:
+            chunk = await anext(it)
+        except StopAsyncIteration:
+            data = b"".join(buf)
+            return data, b"", True
+        buf.append(chunk)
+        n += len(chunk)
+    data = b"".join(buf)
+    return data[:STREAM_PART], data[STREAM_PART:], False
+
+
+async def _one(data: bytes) -> Any:
+    # In COALESCE-sized pieces, as a streamed body arrives: the erasure writer encodes them
+    # without regrouping.
+    view = memoryview(data)
+    for i in range(0, len(data), COALESCE):
+        yield bytes(view[i:i + COALESCE])
+
+
+async def write_streamed(req: S3Request, rec: ObjectRecord, body: Any) -> list[int]:
+    """Store a body of unknown length (see STREAM_PART); returns the pending marks."""
+    it = aiter(body)
+    data, carry, ended = await _fill(it, b"")
+    if ended:
+        return [await write_single(req, rec, body, _one(data), len(data))]
+    marks: list[int] = []
+    parts: list[dict[str, Any]] = []
+    try:
+        while True:
+            n = len(parts) + 1
+            etag = (await asyncio.to_thread(hashlib.md5, data)).hexdigest()
+            size = len(data)
+            layout, mark = await req.gw.storage.write(
+                req.gw.store, part_uid(rec.version, n), _one(data), length=size,
+                stream=rec.bucket,
+                meta=lambda _, n=n, size=size, etag=etag: {
+                    "kind": "part", "bucket": rec.bucket, "key": rec.key,
+                    "upload": rec.version, "part": n, "part_size": size, "part_etag": etag})
+            marks.append(mark)
+            parts.append({"number": n, "size": size, "etag": etag, "layout": layout})
+            if ended:
+                break
+            data, carry, ended = await _fill(it, carry)
+            if not data:
+                break
+        rec.size, rec.etag, ck = body_result(body)
+        if ck:
+            rec.checksum = {**ck, "type": "FULL_OBJECT"}
+        rec.parts = parts
+        manifest = json.dumps({"object": object_meta(rec), "parts": parts},
+                              separators=(",", ":")).encode()
+        rec.manifest, mark = await req.gw.storage.write(
+            req.gw.store, part_uid(rec.version, MANIFEST_PART), _one(manifest),
+            length=len(manifest), stream=rec.bucket,
+            meta=lambda _: {"kind": "manifest", "upload": rec.version,
+                            "object": object_meta(rec)})
+        marks.append(mark)
+    except BaseException:
+        # A bad body (digest, length, disconnect): free what was written, commit nothing.
+        if parts:
+            await req.gw.store.queue_orphans([p["layout"] for p in parts])
+        await req.gw.store.done_orphans(marks)
+        notify_sweeper(req)
+        raise
+    return marks
 
 
 async def put_object(req: S3Request) -> Response:
@@ -149,11 +236,16 @@ async def put_object(req: S3Request) -> Response:
     meta = user_metadata(req)
     if_absent, if_version = await put_conditions(req)
     body = request_body(req, max_size=MAX_PART_SIZE)
-    known_length(body)
+    if body.expected_size is None and "chunked" not in \
+            req.headers.get("transfer-encoding", "").lower():
+        raise S3Error("MissingContentLength")
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
                        owner=req.user, version=new_version(), headers=headers, user_meta=meta)
-    mark = await write_single(req, rec, body)
-    await store_object(req, rec, [mark], if_absent=if_absent, if_version=if_version)
+    if body.expected_size is None:
+        marks = await write_streamed(req, rec, body)
+    else:
+        marks = [await write_single(req, rec, body)]
+    await store_object(req, rec, marks, if_absent=if_absent, if_version=if_version)
     return Response(b"", headers={"ETag": quote_etag(rec.etag),
                                   **checksum_headers(rec.checksum)})
 
@@ -231,12 +323,18 @@ async def get_existing(req: S3Request) -> ObjectRecord:
     return obj
 
 
+def is_multipart(obj: ObjectRecord) -> bool:
+    """Made by CompleteMultipartUpload (its ETag ends in -N). A streamed PUT may be stored in
+    several internal parts, but for S3 it is a one-part object."""
+    return "-" in obj.etag
+
+
 def response_headers(req: S3Request, obj: ObjectRecord) -> dict[str, str]:
     h = object_headers(obj.headers, obj.user_meta)
     h["ETag"] = quote_etag(obj.etag)
     h["Last-Modified"] = http_date(obj.last_modified)
     h["Accept-Ranges"] = "bytes"
-    if len(obj.parts) > 1 or obj.manifest:
+    if is_multipart(obj):
         h["x-amz-mp-parts-count"] = str(len(obj.parts))
     for q, name in RESPONSE_OVERRIDES.items():
         if q in req.query:
@@ -278,13 +376,22 @@ async def _get_or_head(req: S3Request, head: bool) -> Response:
             raise S3Error("InvalidArgument", "Part number must be an integer between 1 and "
                           "10000, inclusive", ArgumentName="partNumber",
                           ArgumentValue=shown(part_number))
-        if pn > max(1, len(obj.parts)):
+        if req.headers.get("range"):
+            raise S3Error("InvalidRequest", "Cannot specify both Range header and partNumber "
+                          "query parameter.")
+        count = len(obj.parts) if is_multipart(obj) else 1
+        if pn > count:
             raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable",
                           status=416)
-        start = sum(int(p["size"]) for p in obj.parts[:pn - 1])
-        psize = int(obj.parts[pn - 1]["size"]) if obj.parts else 0
+        if is_multipart(obj):
+            start = sum(int(p["size"]) for p in obj.parts[:pn - 1])
+            psize = int(obj.parts[pn - 1]["size"])
+        else:
+            start, psize = 0, size
+        # As S3: a part's bytes come as a 206 with the part's Content-Range (an empty
+        # object's one part is a plain 200).
         rng = (start, start + psize - 1) if psize else None
-        headers["x-amz-mp-parts-count"] = str(max(1, len(obj.parts)))
+        headers["x-amz-mp-parts-count"] = str(count)
     else:
         rng = parse_range(req.headers.get("range"), size)
     status = 200
@@ -331,27 +438,33 @@ async def delete_objects(req: S3Request) -> Response:
     objs = root.findall("Object")
     if not objs or len(objs) > MAX_DELETE_KEYS:
         raise S3Error("MalformedXML")
-    out: list[str] = []
-    freed = False
+    # Check every entry first, then delete the valid keys in one store transaction (one
+    # commit for 1000 keys; the fragments go later, through the orphan queue and sweeper).
+    results: list[tuple[str, str, S3Error | None]] = []
     for o in objs:
         key = o.findtext("Key")
         vid = o.findtext("VersionId")
         if key is None:
             raise S3Error("MalformedXML")
         vxml = el("VersionId", vid) if vid else ""
+        err: S3Error | None = None
         if vid and vid != "null":
-            out.append(f"<Error>{el('Key', key)}{vxml}<Code>NoSuchVersion</Code>"
-                       "<Message>The specified version does not exist.</Message></Error>")
-            continue
-        try:
-            check_key(key)
-            if await req.gw.store.delete_object(req.bucket, key) is not None:
-                freed = True
-        except S3Error as e:
-            out.append(f"<Error>{el('Key', key)}{vxml}{el('Code', e.code)}"
-                       f"{el('Message', e.message)}</Error>")
-            continue
-        if not quiet:
+            err = S3Error("NoSuchVersion")
+        else:
+            try:
+                check_key(key)
+            except S3Error as e:
+                err = e
+        results.append((key, vxml, err))
+    todo = [key for key, _, err in results if err is None]
+    freed = any(r is not None for r in await req.gw.store.delete_objects(req.bucket, todo)) \
+        if todo else False
+    out: list[str] = []
+    for key, vxml, err in results:
+        if err is not None:
+            out.append(f"<Error>{el('Key', key)}{vxml}{el('Code', err.code)}"
+                       f"{el('Message', err.message)}</Error>")
+        elif not quiet:
             out.append(f"<Deleted>{el('Key', key)}{vxml}</Deleted>")
     if freed:
         notify_sweeper(req)

@@ -1,13 +1,16 @@
 """Zone reclaim (garbage collection) for the zone log.
 
 A zone whose records are all dead is reset without copying — with lifetime grouping that is the
-common case (a deleted checkpoint frees whole zones). Otherwise a pass picks FULL zones with the
-most garbage (capacity minus live bytes), copies each live record out to the GC zone as a new
-copy generation (same seq, gen + 1, CRC-verified while read), and resets the zone once the
-copies are durable and indexed. Killed at any point it loses nothing: the old copy stays valid
-until the index points at the new one, and the zone is reset only after that. Tombstones are
-copied while older copies of their id may survive in other zones, and dropped otherwise.
-Copying is rate-limited (bytes/s) so that reclaim does not starve puts.
+common case (a deleted checkpoint frees whole zones). Otherwise zones are evacuated when the
+empty zones run down to a low-water mark (background_pass), or when a put finds no zone
+(make_room): victims are FULL zones chosen by cost-benefit (garbage + stranded room against
+the live bytes to copy, and age) or, for a waiting put, by the most space given back. Each
+live record is copied to reclaim's zone as a new copy generation (same seq, gen + 1,
+CRC-verified while read), a batch at a time so copies share flushes, and the zone is reset once
+the copies are durable and indexed. Killed at any point it loses nothing: the old copy stays
+valid until the index points at the new one, and the zone is reset only after that.
+Tombstones are copied while older copies of their id may survive in other zones, and dropped
+otherwise. Background copying is rate-limited (bytes/s) so that reclaim does not starve puts.
 """
 
 from __future__ import annotations

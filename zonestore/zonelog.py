@@ -1,16 +1,22 @@
 """The zone log: a store of records (id -> bytes + metadata blob) on one zoned device.
 
-Records are appended, self-describing (record.py), to one open zone per stream hint so that
-data that dies together lives together (lifetime grouping); the write scheduler (scheduler.py)
-turns appends into large block-aligned writes with group commit; the index (index.py) maps ids
-to extents and is rebuilt or caught up from the zones on open (fsck.py); reclaim (reclaim.py)
-resets dead zones and copies the live records out of zones with garbage.
+Records are appended, self-describing (record.py), to the open zone of their stream's
+lifetime class, so that data that dies together lives together; the write scheduler
+(scheduler.py) turns appends into large block-aligned writes with group commit; the index
+(index.py) maps ids to extents and is rebuilt or caught up from the zones on open (fsck.py);
+reclaim (reclaim.py) resets dead zones and copies the live records out of zones with garbage
+or stranded room; space.py says what every zone's bytes are (live, garbage, stranded,
+writable, reserve).
 
-Zone budget: at most min(max open, max active) - 1 zones take puts at once (one is held back
-for reclaim); 0 = unlimited on the device becomes `max_open` (default 16). When a new stream
-needs a zone at the limit, the fullest idle writer's zone is FINISHED; if every writer is busy,
-the stream shares the least busy one. Partly written zones found on open are resumed.
-Conventional zones are not used: the index lives in SQLite beside the drive.
+Zone budget: at most min(max open, max active) - 2 zones take puts at once (reclaim's zone,
+which tombstones share, and one in transition are held back); 0 = unlimited on the device
+becomes `max_open` (default 16). Stream hints map onto a bounded number of lifetime classes,
+each with an open zone; when no zone can be had, a class shares the open zone with the most
+room. A zone is finished only when (nearly) full, or when the limits leave no other choice,
+and then the one with the least room left. Puts of known length reserve their room first and
+wait for reclaim rather than fail; NoSpace only when live data fills the drive. Partly
+written zones found on open are resumed. Conventional zones are not used: the index lives in
+SQLite beside the drive.
 """
 
 from __future__ import annotations

@@ -87,13 +87,20 @@ async def reset_dead_zones(log: ZoneLog) -> int:
 
 
 class _Limiter:
-    def __init__(self, rate: int | None) -> None:
+    """Copy at most `rate` bytes/s, except while puts wait for the space (then reclaim is
+    what they wait for: throttling it would only slow them down)."""
+
+    def __init__(self, rate: int | None, log: ZoneLog | None = None) -> None:
         self.rate = rate
+        self.log = log
         self.t0 = time.monotonic()
         self.done = 0
 
     async def take(self, n: int) -> None:
         self.done += n
+        if self.log is not None and self.log.space_waiters:
+            self.t0 = time.monotonic() - self.done / self.rate if self.rate else self.t0
+            return
         if self.rate:
             delay = self.t0 + self.done / self.rate - time.monotonic()
             if delay > 0:
@@ -252,7 +259,7 @@ async def reclaim_pass(log: ZoneLog, *, max_zones: int | None = None,
                              min_gain=int(min_garbage * log.zone_capacity))
         if max_zones is not None:
             cands = cands[:max_zones]
-        lim = _Limiter(rate)
+        lim = _Limiter(rate, log)
         for z in cands:
             if log._closed or (until_empty is not None and len(log._empty) >= until_empty):
                 break

@@ -159,6 +159,7 @@ class ZoneLog:
         self.reclaim_rate = reclaim_rate
         self.reclaim_min_garbage = reclaim_min_garbage
         open_limit = info.max_open_zones or max_open
+        self.open_limit = open_limit
         active_limit = info.max_active_zones or 1 << 30
         self.active_limit = active_limit
         # One zone is held back for reclaim (and tombstones), one for a zone in transition.
@@ -188,6 +189,7 @@ class ZoneLog:
         self.space_wait = space_wait  # how long a put waits for reclaim to free a zone
         self.reclaim_wanted = asyncio.Event()
         self._reserved = 0  # room promised to puts in flight (see _admit)
+        self.space_waiters = 0  # puts waiting for room (reclaim then copies unthrottled)
         self._space_changed = asyncio.Event()
         self.zone_mtime: dict[int, float] = {}  # monotonic time of a zone's last write
         self._opened_at = time.monotonic()
@@ -512,7 +514,12 @@ class ZoneLog:
                 raise NoSpace(f"{self.device.info.path}: no free zone left for reclaim")
             if not deadline:
                 deadline = time.monotonic() + self.space_wait
-            if not await self._make_room(deadline) or time.monotonic() > deadline:
+            self.space_waiters += 1
+            try:
+                ok = await self._make_room(deadline)
+            finally:
+                self.space_waiters -= 1
+            if not ok or time.monotonic() > deadline:
                 err = NoSpace(f"{self.device.info.path}: no free zone left (live data fills "
                               "the drive)")
                 err.writable_bytes = self.free_bytes()  # type: ignore[attr-defined]
@@ -535,6 +542,8 @@ class ZoneLog:
                     other = self._share(need)
                     if other is not None:
                         return other
+            if len(self._writers) >= self.open_limit and await self._wait_closing():
+                continue  # the device's open limit: let a zone being finished go first
             if kind != "put" or self._put_writers() < self.slots:
                 z = self._take_zone(kind)
                 if z is None and len(self._writers) + len(self._spares) >= self.active_limit \
@@ -563,6 +572,19 @@ class ZoneLog:
             if not gc and await self._free_dead_zones():
                 continue
             return None
+
+    async def _wait_closing(self) -> bool:
+        """Wait until one of the zones being finished is done; False if none is."""
+        closing = [w for w in self._writers.values() if w.closing]
+        if not closing:
+            return False
+        waits = [asyncio.ensure_future(w.finished.wait()) for w in closing]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in waits:
+                t.cancel()
+        return True
 
     def _put_writers(self) -> int:
         return sum(1 for w in self._writers.values() if not w.gc)
@@ -646,6 +668,15 @@ class ZoneLog:
             cur.held = need
             return
         deadline = time.monotonic() + self.space_wait
+        self.space_waiters += 1
+        try:
+            await self._admit_wait(need, length, deadline)
+        finally:
+            self.space_waiters -= 1
+        self._reserved += need
+        cur.held = need
+
+    async def _admit_wait(self, need: int, length: int, deadline: float) -> None:
         while True:
             self._check_open()
             if self.free_bytes() - self._reserved >= need:
@@ -667,8 +698,6 @@ class ZoneLog:
                 await asyncio.wait_for(self._space_changed.wait(), 0.05)
             except TimeoutError:
                 pass
-        self._reserved += need
-        cur.held = need
 
     def _spend(self, cur: _PutCursor, n: int) -> None:
         if cur.held:

@@ -693,8 +693,11 @@ class ZoneLog:
             if self.free_bytes() - self._reserved < need and not self._reclaim_lock.locked():
                 from zonestore.reclaim import make_room
 
-                if await make_room(self, want=need + self._reserved) == "freed":
+                got = await make_room(self, want=need + self._reserved)
+                if got == "freed":
                     continue
+                if got == "none" and self._reserved == 0:
+                    break  # reclaim cannot help and no put will end: try, and fail cleanly
             self._space_changed.clear()
             try:
                 await asyncio.wait_for(self._space_changed.wait(), 0.05)

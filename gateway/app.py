@@ -27,7 +27,7 @@ from starlette.routing import Route
 from gateway import auth
 from gateway.auth import StaticCredentials
 from gateway.errors import S3Error, error_xml
-from gateway.metadata import MetadataStore, open_store, store_path
+from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
 from gateway.ops import buckets, copy, listing, multipart, objects, service
 from gateway.ops.common import S3Request, new_request_id
 from gateway.storage import Storage
@@ -78,7 +78,7 @@ class Gateway:
         self.users = {u.access_key: u for u in getattr(config, "users", ())}
         self.upload_ttl = float(gw.get("abandoned_upload_seconds", ABANDONED_UPLOAD_AGE))
         free_delay = float(gw.get("free_delay_seconds", FREE_DELAY))
-        self.store = store or open_store(store_path(gw), free_delay=free_delay)
+        self.store = store or store_from_config(gw, free_delay=free_delay)
         self.storage = storage or Storage.from_config(config)
         self._sweeper: asyncio.Task | None = None
         self._kick = asyncio.Event()
@@ -113,10 +113,15 @@ class Gateway:
                 await self.sweep_once()
             except asyncio.CancelledError:
                 raise
+            except StoreUnavailableError as e:
+                log.warning("orphan sweep postponed: %s", e)
             except Exception:
                 log.exception("orphan sweep failed; will retry")
             # Sleep until the next queued deletion is due (or a commit wakes us).
-            due = await self.store.next_due()
+            try:
+                due = await self.store.next_due()
+            except StoreUnavailableError:
+                due = None
             wait = SWEEP_INTERVAL if due is None else min(SWEEP_INTERVAL,
                                                           max(0.05, due - time.time()))
             with contextlib.suppress(TimeoutError):

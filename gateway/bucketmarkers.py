@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from erasure.errors import ErasureError
-from gateway.metadata import BucketRecord, open_store, store_path
+from gateway.metadata import BucketRecord, store_from_config
 
 log = logging.getLogger("zonegate.bucketmarkers")
 
@@ -188,7 +188,7 @@ def cmd_bucket_markers(args: argparse.Namespace) -> int:
     from erasure.cluster import ErasureCluster
     from erasure.config import ClusterConfig
     config = ClusterConfig.load(args.config)
-    store = open_store(store_path(config.gateway))
+    store = store_from_config(config.gateway)
 
     async def run() -> EnsureReport:
         cluster = ErasureCluster(config, health_interval=0, auto_repair=False)

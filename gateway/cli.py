@@ -12,6 +12,7 @@ from gateway import dev as gateway_dev
 from gateway import recover as gateway_recover
 from gateway import serve as gateway_serve
 from gateway import status as gateway_status
+from gateway.metadata import cli as gateway_metadata
 from zonestore import cli as zonestore_cli
 
 
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway_recover.register(sub)
     gateway_bucketmarkers.register(sub)
     gateway_status.register(sub)
+    gateway_metadata.register(sub)
     return parser
 
 

@@ -73,7 +73,10 @@ def cluster_health(cluster: Any) -> dict[str, Any]:
 async def metadata_problem(gateway: Any) -> str | None:
     """None if the metadata store answers a query, else why not."""
     try:
-        await gateway.store.get_bucket("zonegate-readiness-probe")
+        await asyncio.wait_for(gateway.store.get_bucket("zonegate-readiness-probe"),
+                               NODE_CHECK_TIMEOUT)
+    except TimeoutError:
+        return f"metadata store: no answer within {NODE_CHECK_TIMEOUT:g} s"
     except Exception as e:  # any failure means "not ready"; the reason goes to the operator
         return f"metadata store: {type(e).__name__}: {e}"
     return None

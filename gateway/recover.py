@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from gateway import bucketmarkers
-from gateway.metadata import BucketRecord, ObjectRecord, open_store, store_path
+from gateway.metadata import (
+    BucketRecord,
+    ObjectRecord,
+    describe,
+    is_database_url,
+    store_from_config,
+    store_path,
+)
 
 GRACE = 24 * 3600.0  # seconds before leftovers found by recovery are deleted
 
@@ -67,7 +74,7 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
     """Scan the nodes and write every recoverable object into the configured store."""
     from erasure.cluster import ErasureCluster
     gw = dict(config.gateway or {})
-    store = open_store(store_path(gw))
+    store = store_from_config(gw)
     report = RecoveryReport()
     cluster = ErasureCluster(config, health_interval=0)
     try:
@@ -170,9 +177,9 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
     return report
 
 
-async def store_has_buckets(target: str) -> bool:
-    """Whether the metadata store at target (a path or a database URL) holds any bucket."""
-    store = open_store(target)
+async def store_has_buckets(gateway_config: dict | None) -> bool:
+    """Whether the configured metadata store (a file or a database) holds any bucket."""
+    store = store_from_config(gateway_config)
     try:
         await store.start()
         return bool(await store.list_buckets())
@@ -195,9 +202,10 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
     from erasure.config import ClusterConfig
     config = ClusterConfig.load(args.config)
-    meta_path = Path(store_path(config.gateway))
-    if meta_path.exists() and not args.force:
-        if asyncio.run(store_has_buckets(str(meta_path))):
+    target = store_path(config.gateway)
+    meta_path = describe(target)
+    if not args.force and (is_database_url(target) or Path(target).exists()):
+        if asyncio.run(store_has_buckets(config.gateway)):
             raise ValueError(f"metadata store {meta_path} is not empty; move it away first, "
                              "or pass --force to merge into it")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()) as prog:

@@ -46,6 +46,16 @@ def _listen(config_path: str, override: str | None) -> tuple[str, int]:
         raise ValueError(f"gateway listen address {listen!r} is not host:port") from None
 
 
+def _check_metadata(config_path: str) -> None:
+    """Reach the metadata store (and create or upgrade its schema) once, before the workers
+    start: a database that is unreachable is one line naming the setting, and exit 1."""
+    import asyncio
+
+    from erasure.config import ClusterConfig
+    from gateway.metadata import check_store
+    asyncio.run(check_store(ClusterConfig.load(config_path).gateway))
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the S3 gateway")
     p.add_argument("--config", required=True, help="cluster config (TOML)")
@@ -76,6 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.metrics import prepare_multiprocess
     prepare_multiprocess()  # before the workers start: /metrics then merges all of them
     from gateway.app import Gateway  # noqa: F401 - import errors surface before forking
+    _check_metadata(config_path)
     os.environ[CONFIG_ENV] = config_path
     import uvicorn
     logging.basicConfig(level=args.log_level.upper(),

@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,24 @@ from tests.nodeproc import MALLOC_ENV, NodeCluster
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-class GatewayProc:
-    """One `zonegate serve` of a MultiGateway."""
+def ready(endpoint: str) -> bool:
+    """Whether the gateway at endpoint answers /health/ready with 200."""
+    try:
+        with _NO_PROXY.open(endpoint + "/health/ready", timeout=2):
+            return True
+    except (urllib.error.URLError, OSError):
+        return False
 
-    def __init__(self, root: Path, index: int, host: str = "127.0.0.1") -> None:
+
+class GatewayProc:
+    """One `zonegate serve` of a MultiGateway (`netns`: the network namespace it runs in)."""
+
+    def __init__(self, root: Path, index: int, host: str = "127.0.0.1", port: int = 0,
+                 netns: str | None = None) -> None:
         self.index = index
         self.host = host
-        self.port = 0
+        self.netns = netns
+        self.port = port
         self.root = root
         self.config_path = root / f"gw{index}.toml"
         self.log_path = root / f"gw{index}.log"
@@ -61,17 +73,22 @@ class MultiGateway:
     def __init__(self, root: Path, metadata: str, *, gateways: int = 2, nodes: int = 6,
                  k: int = 4, m: int = 2, workers: int = 1, segment_size: int = 1024 * 1024,
                  gateway_options: dict[str, Any] | None = None,
-                 password_file: str | None = None) -> None:
+                 password_file: str | None = None, node_cluster: NodeCluster | None = None,
+                 gateway_procs: list[GatewayProc] | None = None,
+                 probe: Callable[[Callable[[], Any]], Any] | None = None) -> None:
+        """node_cluster / gateway_procs: nodes and gateways placed elsewhere than 127.0.0.1
+        (network namespaces); probe(fn) runs fn where the gateways can be reached."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.metadata = metadata
-        self.nodes = NodeCluster(self.root / "nodes", nodes, drives_per_node=1,
-                                 secret="gw-test-secret")
+        self.nodes = node_cluster or NodeCluster(self.root / "nodes", nodes, drives_per_node=1,
+                                                 secret="gw-test-secret")
         self.k, self.m, self.workers, self.segment_size = k, m, workers, segment_size
         self.gateway_options = dict(gateway_options or {})
         if password_file:
             self.gateway_options["metadata_password_file"] = password_file
-        self.gws = [GatewayProc(self.root, i) for i in range(gateways)]
+        self.gws = gateway_procs or [GatewayProc(self.root, i) for i in range(gateways)]
+        self.probe = probe or (lambda fn: fn())
 
     def __enter__(self) -> MultiGateway:
         return self.start()
@@ -98,7 +115,7 @@ class MultiGateway:
         self.nodes.start()
         try:
             for gw in self.gws:
-                gw.port = free_port()
+                gw.port = gw.port or free_port()
                 write_config(gw.config_path, self.config(gw))
                 self.start_gateway(gw.index)
         except BaseException:
@@ -109,21 +126,22 @@ class MultiGateway:
     def start_gateway(self, i: int, timeout: float = 60.0) -> None:
         gw = self.gws[i]
         env = {**os.environ, **MALLOC_ENV, "PYTHONUNBUFFERED": "1"}
+        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(gw.config_path),
+                "--workers", str(self.workers), "--log-level", "info"]
+        if gw.netns:
+            argv = ["ip", "netns", "exec", gw.netns, *argv]
         with open(gw.log_path, "ab") as logf:
             gw.proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway.cli", "serve", "--config", str(gw.config_path),
-                 "--workers", str(self.workers), "--log-level", "info"],
+                argv,
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if gw.proc.poll() is not None:
                 raise RuntimeError(f"gateway {i} exited {gw.proc.returncode}:\n{gw.log_tail()}")
-            try:
-                with _NO_PROXY.open(gw.endpoint + "/health/ready", timeout=2):
-                    return
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.1)
+            if self.probe(lambda: ready(gw.endpoint)):
+                return
+            time.sleep(0.1)
         raise RuntimeError(f"gateway {i} not ready after {timeout:g} s:\n{gw.log_tail()}")
 
     def kill_gateway(self, i: int) -> None:

@@ -1,7 +1,9 @@
-"""The SQLite metadata store: migrations, S3 listing order and rollups, orphan queue."""
+"""Both metadata stores (SQLite, PostgreSQL): migrations, S3 listing order and rollups, orphan
+queue."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 import pytest
@@ -10,11 +12,16 @@ from gateway.metadata import (
     BucketRecord,
     ObjectRecord,
     PartRecord,
-    SqliteStore,
     UploadRecord,
+    postgres,
+    sqlite,
 )
-from gateway.metadata.sqlite import MIGRATIONS, prefix_end
+from gateway.metadata.keys import prefix_end
 from gateway.metadata.store import BucketNotEmptyError, UploadChangedError
+from tests import storebackends
+
+# the fixtures (both backends)
+pg_server, stores = storebackends.pg_server, storebackends.stores
 
 
 def obj(key: str, version: str = "v1", layout_uid: str | None = None) -> ObjectRecord:
@@ -24,36 +31,51 @@ def obj(key: str, version: str = "v1", layout_uid: str | None = None) -> ObjectR
                                                  "layout": {"part_uid": uid}}])
 
 
+def migrations(stores) -> list[str]:
+    return (sqlite if stores.backend == "sqlite" else postgres).MIGRATIONS
+
+
 @pytest.fixture
-async def store(tmp_path):
-    s = SqliteStore(tmp_path / "meta.sqlite")
+async def store(stores):
+    s = await stores.open()
     await s.create_bucket(BucketRecord("bkt", "alice", 1.0))
-    yield s
-    await s.close()
+    return s
 
 
-async def test_schema_is_versioned_and_reopens(tmp_path):
-    p = tmp_path / "m.sqlite"
-    s = SqliteStore(p)
-    assert await s.schema_version() == len(MIGRATIONS)
+async def test_schema_is_versioned_and_reopens(stores):
+    target = stores.new_target()
+    s = await stores.open(target)
+    assert await s.schema_version() == len(migrations(stores)) >= 1
     await s.create_bucket(BucketRecord("bkt", "alice", 1.0))
     await s.close()
-    s2 = SqliteStore(p)
+    s2 = await stores.open(target)
     assert (await s2.get_bucket("bkt")).owner == "alice"
-    assert await s2.schema_version() == len(MIGRATIONS)
-    await s2.close()
-    assert sqlite3.connect(p).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert await s2.schema_version() == len(migrations(stores))
+    if stores.backend == "sqlite":
+        assert sqlite3.connect(target).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-async def test_newer_schema_is_refused(tmp_path):
-    p = tmp_path / "m.sqlite"
-    await SqliteStore(p).close()
-    c = sqlite3.connect(p)
-    c.execute("UPDATE schema_version SET version=99")
-    c.commit()
-    c.close()
+async def test_newer_schema_is_refused(stores):
+    target = stores.new_target()
+    await (await stores.open(target)).close()
+    if stores.backend == "sqlite":
+        c = sqlite3.connect(target)
+        c.execute("UPDATE schema_version SET version=99")
+        c.commit()
+        c.close()
+    else:
+        stores.server.psql("INSERT INTO zonegate_schema VALUES (99, 0)", db=target.rsplit("/", 1)[1])
     with pytest.raises(ValueError, match="newer"):
-        SqliteStore(p)
+        await stores.open(target)
+
+
+async def test_two_stores_migrating_at_once_agree(stores):
+    """Gateways starting together on one empty store: one creates the schema, none fails."""
+    target = stores.new_target()
+    opened = await asyncio.gather(*(stores.open(target) for _ in range(4)))
+    assert [await s.schema_version() for s in opened] == [len(migrations(stores))] * 4
+    assert await opened[0].create_bucket(BucketRecord("b", "alice", 1.0)) is None
+    assert (await opened[3].get_bucket("b")).owner == "alice"
 
 
 async def test_bucket_create_is_idempotent_and_delete_needs_empty(store):
@@ -153,3 +175,52 @@ async def test_list_uploads_orders_and_paginates(store):
     assert [u.upload_id for u in page3.items] == ["u2", "u0", "u3", "u4"]
     assert await store.abort_upload("u0")
     assert not await store.abort_upload("u0")
+
+
+# ---- concurrent commits from several stores on one database (several gateways / workers) ---
+
+async def _several(stores, n: int = 4):
+    target = stores.new_target()
+    opened = [await stores.open(target) for _ in range(n)]
+    await opened[0].create_bucket(BucketRecord("bkt", "alice", 1.0))
+    return opened
+
+
+async def test_racing_conditional_puts_exactly_one_wins(stores):
+    many = await _several(stores)
+    results = await asyncio.gather(*(s.put_object(obj("k", f"v{i}"), if_absent=True)
+                                     for i, s in enumerate(many * 3)))
+    assert sum(r is None for r in results) == 1
+    winner = (await many[0].get_object("bkt", "k")).version
+    assert all(r.version == winner for r in results if r is not None)
+    # If-Match on the winner's version: again exactly one, and only its old data is queued
+    results = await asyncio.gather(*(s.put_object(obj("k", f"w{i}"), if_version=winner)
+                                     for i, s in enumerate(many * 3)))
+    assert sum(r is None for r in results) == 1
+    assert [e.layout["part_uid"] for e in await many[1].claim_orphans()] == [f"{winner}.p1"]
+
+
+async def test_racing_part_uploads_leak_nothing(stores):
+    many = await _several(stores)
+    await many[0].create_upload(UploadRecord("u1", "bkt", "k", "alice", 1.0))
+    ok = await asyncio.gather(*(s.put_part(PartRecord("u1", 1, 10, f"e{i}", 1.0,
+                                                      {"part_uid": f"x{i}.p1"}))
+                                for i, s in enumerate(many * 3)))
+    assert all(ok)
+    kept = [p.layout["part_uid"] for p in await many[0].list_parts("u1")]
+    freed = [e.layout["part_uid"] for e in await many[0].claim_orphans(100)]
+    assert len(kept) == 1 and len(freed) == 11
+    assert sorted(kept + freed) == sorted(f"x{i}.p1" for i in range(12))
+
+
+async def test_racing_sweepers_never_claim_the_same_entry(stores):
+    many = await _several(stores)
+    ids = await many[0].queue_orphans([{"part_uid": f"o{i}"} for i in range(60)])
+    claimed: list[int] = []
+
+    async def sweep(s):
+        while batch := await s.claim_orphans(limit=7):
+            claimed.extend(e.id for e in batch)
+            await asyncio.sleep(0)
+    await asyncio.gather(*(sweep(s) for s in many))
+    assert sorted(claimed) == sorted(ids)  # each entry exactly once

@@ -23,11 +23,7 @@ from botocore.exceptions import ClientError
 
 from tests.gwcluster import archive_ids, wait_for
 from tests.multigwcluster import MultiGateway
-
-try:
-    from tests.pgserver import PgServer, pg_server  # noqa: F401
-except ImportError:
-    PgServer = None
+from tests.pgserver import PgServer, pg_server  # noqa: F401 - the session fixture
 
 MiB = 1024 * 1024
 

@@ -195,11 +195,12 @@ class SqliteStore(MetadataStore):
             if c.execute("SELECT 1 FROM objects WHERE bucket=? LIMIT 1", (name,)).fetchone():
                 raise BucketNotEmptyError(name)
             # Uploads in progress die with the bucket (as in S3); their parts are freed.
-            ups = [r[0] for r in c.execute("SELECT upload_id FROM uploads WHERE bucket=?",
+            ups = [r[0] for r in c.execute("SELECT upload_id FROM uploads WHERE bucket=? ORDER BY upload_id",
                                            (name,))]
             for up in ups:
                 lays = [json.loads(r[0]) for r in
-                        c.execute("SELECT layout FROM parts WHERE upload_id=?", (up,))]
+                        c.execute("SELECT layout FROM parts WHERE upload_id=? ORDER BY number",
+                                  (up,))]
                 self._queue(c, lays, time.time())
                 c.execute("DELETE FROM parts WHERE upload_id=?", (up,))
             c.execute("DELETE FROM uploads WHERE bucket=?", (name,))
@@ -286,7 +287,7 @@ class SqliteStore(MetadataStore):
                 freed += [lay for lay in old.layouts()
                           if json.dumps(lay, sort_keys=True) not in keep]
             if upload_id is not None:
-                for (lay,) in c.execute("SELECT layout FROM parts WHERE upload_id=?",
+                for (lay,) in c.execute("SELECT layout FROM parts WHERE upload_id=? ORDER BY number",
                                         (upload_id,)).fetchall():
                     d = json.loads(lay)
                     if json.dumps(d, sort_keys=True) not in keep:
@@ -367,7 +368,8 @@ class SqliteStore(MetadataStore):
     def _abort_upload(self, upload_id: str) -> bool:
         with self._tx() as c:
             lays = [json.loads(r[0]) for r in
-                    c.execute("SELECT layout FROM parts WHERE upload_id=?", (upload_id,))]
+                    c.execute("SELECT layout FROM parts WHERE upload_id=? ORDER BY number",
+                              (upload_id,))]
             c.execute("DELETE FROM parts WHERE upload_id=?", (upload_id,))
             gone = c.execute("DELETE FROM uploads WHERE upload_id=?", (upload_id,)).rowcount > 0
             self._queue(c, lays, time.time())

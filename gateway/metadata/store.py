@@ -13,6 +13,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.errors import S3Error
+
 
 @dataclass
 class BucketRecord:
@@ -96,6 +98,20 @@ class UploadChangedError(Exception):
 class NoSuchBucketError(Exception):
     """The bucket was deleted (by another request or gateway) before the commit: an object or
     upload must never be committed into a bucket that is gone."""
+
+
+class StoreUnavailableError(S3Error):
+    """The metadata database does not answer (lost, restarting, overloaded). Nothing of the
+    transaction was applied, or its commit's answer was lost; S3 clients see 503 SlowDown and
+    retry. str() is the reason, for logs and /health/ready."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("SlowDown", "The metadata store is not reachable right now; "
+                         "please retry.")
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return self.detail
 
 
 class MetadataStore(abc.ABC):

@@ -1,0 +1,524 @@
+"""PostgreSQL metadata store (asyncpg): one database shared by any number of gateways.
+
+Chosen by `[gateway] metadata = "postgresql://user@host:5432/db"`. asyncpg speaks the wire
+protocol itself on asyncio (no thread per query), binary-encoded and with every statement
+prepared once per connection, which is what many short metadata transactions want; it reads
+the password from `[gateway] metadata_password_file`, PGPASSWORD or ~/.pgpass (passfile) as
+libpq does.
+
+Same semantics as the SQLite store, transaction for transaction:
+- keys are `bytea` (S3's binary order, no collation); ordered text columns are COLLATE "C";
+- a commit that replaces or drops data queues the old layouts in the orphan queue in the same
+  transaction; read-modify-write commits lock the row they change (SELECT ... FOR UPDATE), and
+  an insert that finds the row taken meanwhile (ON CONFLICT DO NOTHING) runs the transaction
+  again, so conditional puts are atomic under READ COMMITTED as on SERIALIZABLE databases;
+- orphans are claimed with FOR UPDATE SKIP LOCKED: two sweepers never lease the same entry.
+
+The schema is created and upgraded at start (zonegate_schema: one row per applied version),
+in plain SQL that PostgreSQL-wire distributed databases (CockroachDB, YugabyteDB) also accept:
+no advisory locks, no PL/pgSQL; two gateways migrating at once serialise on the version row.
+
+A lost database is StoreUnavailableError (S3's 503 SlowDown); the pool reconnects by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from gateway.metadata.keys import BATCH, ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
+from gateway.metadata.store import (
+    BucketNotEmptyError,
+    BucketRecord,
+    ListPage,
+    MetadataStore,
+    NoSuchBucketError,
+    ObjectRecord,
+    OrphanEntry,
+    PartRecord,
+    StoreUnavailableError,
+    UploadChangedError,
+    UploadRecord,
+)
+
+T = TypeVar("T")
+log = logging.getLogger("zonegate.metadata")
+
+MIGRATIONS: list[str] = [
+    # 0 -> 1
+    """
+    CREATE TABLE buckets (name TEXT COLLATE "C" PRIMARY KEY, owner TEXT NOT NULL,
+                          created DOUBLE PRECISION NOT NULL, region TEXT NOT NULL);
+    CREATE TABLE objects (bucket TEXT COLLATE "C" NOT NULL, key BYTEA NOT NULL,
+                          size BIGINT NOT NULL, etag TEXT NOT NULL,
+                          last_modified DOUBLE PRECISION NOT NULL, owner TEXT NOT NULL,
+                          version TEXT NOT NULL, headers TEXT NOT NULL, user_meta TEXT NOT NULL,
+                          checksum TEXT NOT NULL, parts TEXT NOT NULL, manifest TEXT,
+                          PRIMARY KEY (bucket, key));
+    CREATE TABLE uploads (upload_id TEXT COLLATE "C" PRIMARY KEY, bucket TEXT COLLATE "C" NOT NULL,
+                          key BYTEA NOT NULL, owner TEXT NOT NULL,
+                          initiated DOUBLE PRECISION NOT NULL, headers TEXT NOT NULL,
+                          user_meta TEXT NOT NULL, checksum_algorithm TEXT NOT NULL,
+                          checksum_type TEXT NOT NULL);
+    CREATE INDEX uploads_by_key ON uploads (bucket, key, upload_id);
+    CREATE INDEX uploads_by_age ON uploads (initiated);
+    CREATE TABLE parts (upload_id TEXT COLLATE "C" NOT NULL, number INTEGER NOT NULL,
+                        size BIGINT NOT NULL, etag TEXT NOT NULL,
+                        last_modified DOUBLE PRECISION NOT NULL, layout TEXT NOT NULL,
+                        checksum TEXT NOT NULL, PRIMARY KEY (upload_id, number));
+    CREATE TABLE orphans (id BIGSERIAL PRIMARY KEY, layout TEXT NOT NULL,
+                          due DOUBLE PRECISION NOT NULL);
+    CREATE INDEX orphans_due ON orphans (due, id);
+    """,
+]
+
+# What a lost, restarting or overloaded database raises: the request gets 503 SlowDown.
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
+    asyncpg.exceptions.OperatorInterventionError, asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.CannotConnectNowError,
+)
+# Serialization failures and deadlocks: the transaction is run again, a few times.
+RETRIES = 8
+CONNECT_TIMEOUT = 5.0
+COMMAND_TIMEOUT = 15.0
+POOL_SIZE = 8
+
+_OBJ_COLS = ("bucket, key, size, etag, last_modified, owner, version, headers, user_meta, "
+             "checksum, parts, manifest")
+_LIST_COLS = "bucket, key, size, etag, last_modified, owner, version, checksum"
+_UP_COLS = ("upload_id, bucket, key, owner, initiated, headers, user_meta, "
+            "checksum_algorithm, checksum_type")
+_PART_COLS = "upload_id, number, size, etag, last_modified, layout, checksum"
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    try:
+        u = urlsplit(url)
+    except ValueError:
+        return "postgresql://..."
+    if u.password is None:
+        return url
+    host = u.hostname or ""
+    netloc = f"{u.username or ''}:***@{host}" + (f":{u.port}" if u.port else "")
+    return urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment))
+
+
+_last_warning = 0.0
+
+
+def _unavailable(e: BaseException) -> StoreUnavailableError:
+    """The error for a database that does not answer; logged at most every 30 s."""
+    global _last_warning
+    detail = f"metadata database: {type(e).__name__}: {e}"
+    now = time.monotonic()
+    if now - _last_warning > 30.0:
+        _last_warning = now
+        log.warning("%s (requests get 503 SlowDown until it answers again)", detail)
+    return StoreUnavailableError(detail)
+
+
+class _Again(Exception):
+    """A row appeared between our read and our insert: run the transaction again."""
+
+
+def _obj(r: Any) -> ObjectRecord:
+    return ObjectRecord(
+        bucket=r[0], key=key_str(r[1]), size=r[2], etag=r[3], last_modified=r[4], owner=r[5],
+        version=r[6], headers=json.loads(r[7]), user_meta=json.loads(r[8]),
+        checksum=json.loads(r[9]), parts=json.loads(r[10]),
+        manifest=json.loads(r[11]) if r[11] else None)
+
+
+def _listed(r: Any) -> ObjectRecord:
+    return ObjectRecord(bucket=r[0], key=key_str(r[1]), size=r[2], etag=r[3],
+                        last_modified=r[4], owner=r[5], version=r[6],
+                        checksum=json.loads(r[7]))
+
+
+def _up(r: Any) -> UploadRecord:
+    return UploadRecord(r[0], r[1], key_str(r[2]), r[3], r[4], json.loads(r[5]),
+                        json.loads(r[6]), r[7], r[8])
+
+
+def _part(r: Any) -> PartRecord:
+    return PartRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
+
+
+class PostgresStore(MetadataStore):
+    def __init__(self, url: str, *, free_delay: float = 0.0, password_file: str | None = None,
+                 pool_size: int = POOL_SIZE, connect_timeout: float = CONNECT_TIMEOUT,
+                 command_timeout: float = COMMAND_TIMEOUT) -> None:
+        self.url = url
+        self.free_delay = free_delay
+        self.password_file = password_file
+        self.pool_size = pool_size
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self._pool: asyncpg.Pool | None = None
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({redact(self.url)})"
+
+    # -- plumbing -------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._pool is not None:
+            return
+        kw: dict[str, Any] = {}
+        if self.password_file:
+            kw["password"] = Path(self.password_file).read_text().strip()
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.url, min_size=1, max_size=self.pool_size, timeout=self.connect_timeout,
+                command_timeout=self.command_timeout, **kw)
+        except UNAVAILABLE as e:
+            raise StoreUnavailableError(
+                f"cannot reach the metadata database {redact(self.url)}: "
+                f"{type(e).__name__}: {e}") from None
+        try:
+            await self._migrate()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), 5.0)
+            except (TimeoutError, *UNAVAILABLE):
+                pool.terminate()
+
+    def _p(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise StoreUnavailableError("the metadata store is not started")
+        return self._pool
+
+    async def _tx(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """Run fn in a transaction, again on a serialization failure, a deadlock or a lost
+        insert race; a database that does not answer is StoreUnavailableError."""
+        for attempt in range(RETRIES):
+            try:
+                async with self._p().acquire() as c, c.transaction():
+                    return await fn(c)
+            except _Again:
+                continue
+            except asyncpg.exceptions.TransactionRollbackError:
+                await asyncio.sleep(0.002 * (attempt + 1))
+                continue
+            except UNAVAILABLE as e:
+                raise _unavailable(e) from None
+        raise StoreUnavailableError("metadata database: transaction kept conflicting")
+
+    async def _read(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        try:
+            async with self._p().acquire() as c:
+                return await fn(c)
+        except UNAVAILABLE as e:
+            raise _unavailable(e) from None
+
+    async def _migrate(self) -> None:
+        async def step(c: asyncpg.Connection) -> bool:
+            await c.execute("CREATE TABLE IF NOT EXISTS zonegate_schema "
+                            "(version INTEGER PRIMARY KEY, applied DOUBLE PRECISION NOT NULL)")
+            version = await c.fetchval("SELECT COALESCE(MAX(version), 0) FROM zonegate_schema")
+            if version > len(MIGRATIONS):
+                raise ValueError(f"metadata store {redact(self.url)} has schema version "
+                                 f"{version}, newer than this gateway ({len(MIGRATIONS)})")
+            if version == len(MIGRATIONS):
+                return False
+            # Claim the version first: a second gateway migrating at once waits on this row
+            # and then fails on it (unique violation), and runs again to find it applied.
+            await c.execute("INSERT INTO zonegate_schema VALUES ($1, $2)", version + 1,
+                            time.time())
+            await c.execute(MIGRATIONS[version])
+            return True
+
+        for _ in range(len(MIGRATIONS) + RETRIES):
+            try:
+                if not await self._tx(step):
+                    return
+            except (asyncpg.UniqueViolationError, asyncpg.DuplicateTableError):
+                await asyncio.sleep(0.05)  # another gateway migrated meanwhile
+        raise StoreUnavailableError("metadata database: schema migration kept conflicting")
+
+    async def schema_version(self) -> int:
+        return await self._read(
+            lambda c: c.fetchval("SELECT COALESCE(MAX(version), 0) FROM zonegate_schema"))
+
+    @staticmethod
+    async def _queue(c: asyncpg.Connection, layouts: list[dict], due: float) -> list[int]:
+        ids = []
+        for lay in layouts:
+            ids.append(await c.fetchval(
+                "INSERT INTO orphans (layout, due) VALUES ($1, $2) RETURNING id",
+                json.dumps(lay), due))
+        return ids
+
+    @staticmethod
+    async def _release(c: asyncpg.Connection, ids: list[int] | None) -> None:
+        if ids:
+            await c.execute("DELETE FROM orphans WHERE id = ANY($1::BIGINT[])", ids)
+
+    # -- buckets --------------------------------------------------------------------------
+    async def create_bucket(self, rec: BucketRecord) -> BucketRecord | None:
+        async def tx(c: asyncpg.Connection) -> BucketRecord | None:
+            got = await c.execute("INSERT INTO buckets VALUES ($1, $2, $3, $4) "
+                                  "ON CONFLICT (name) DO NOTHING",
+                                  rec.name, rec.owner, rec.created, rec.region)
+            if got.endswith(" 1"):
+                return None
+            row = await c.fetchrow("SELECT name, owner, created, region FROM buckets "
+                                   "WHERE name=$1", rec.name)
+            if row is None:
+                raise _Again  # taken and deleted again meanwhile
+            return BucketRecord(*row)
+        return await self._tx(tx)
+
+    async def get_bucket(self, name: str) -> BucketRecord | None:
+        row = await self._read(lambda c: c.fetchrow(
+            "SELECT name, owner, created, region FROM buckets WHERE name=$1", name))
+        return BucketRecord(*row) if row else None
+
+    async def list_buckets(self, owner: str | None = None) -> list[BucketRecord]:
+        if owner is None:
+            rows = await self._read(lambda c: c.fetch(
+                "SELECT name, owner, created, region FROM buckets ORDER BY name"))
+        else:
+            rows = await self._read(lambda c: c.fetch(
+                "SELECT name, owner, created, region FROM buckets WHERE owner=$1 "
+                "ORDER BY name", owner))
+        return [BucketRecord(*r) for r in rows]
+
+    async def delete_bucket(self, name: str) -> bool:
+        async def tx(c: asyncpg.Connection) -> bool:
+            # Locked first: a concurrent delete of the same bucket waits for this one.
+            await c.execute("SELECT 1 FROM buckets WHERE name=$1 FOR UPDATE", name)
+            if await c.fetchval("SELECT 1 FROM objects WHERE bucket=$1 LIMIT 1", name):
+                raise BucketNotEmptyError(name)
+            # Uploads in progress die with the bucket (as in S3); their parts are freed.
+            ups = [r[0] for r in await c.fetch(
+                "DELETE FROM uploads WHERE bucket=$1 RETURNING upload_id", name)]
+            if ups:
+                rows = await c.fetch("DELETE FROM parts WHERE upload_id = ANY($1::TEXT[]) "
+                                     "RETURNING upload_id, number, layout", ups)
+                # queued in (upload, part number) order, as on SQLite
+                await self._queue(c, [json.loads(r[2]) for r in sorted(rows, key=lambda r: (r[0], r[1]))],
+                                  time.time())
+            return (await c.execute("DELETE FROM buckets WHERE name=$1", name)).endswith(" 1")
+        return await self._tx(tx)
+
+    # -- objects --------------------------------------------------------------------------
+    async def get_object(self, bucket: str, key: str) -> ObjectRecord | None:
+        row = await self._read(lambda c: c.fetchrow(
+            f"SELECT {_OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2",
+            bucket, key_bytes(key)))
+        return _obj(row) if row else None
+
+    async def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
+                         if_absent: bool = False, upload_id: str | None = None,
+                         release: list[int] | None = None) -> ObjectRecord | None:
+        kb = key_bytes(rec.key)
+        values = (rec.bucket, kb, rec.size, rec.etag, rec.last_modified, rec.owner, rec.version,
+                  json.dumps(rec.headers), json.dumps(rec.user_meta), json.dumps(rec.checksum),
+                  json.dumps(rec.parts), json.dumps(rec.manifest) if rec.manifest else None)
+
+        async def tx(c: asyncpg.Connection) -> ObjectRecord | None:
+            now = time.time()
+            # The bucket row share-locked first (DeleteBucket locks it FOR UPDATE, then the
+            # object and upload rows: one lock order), so a bucket deleted meanwhile, by any
+            # gateway, is seen here and no object lands in a bucket that is gone.
+            bucket_ok = await c.fetchval("SELECT 1 FROM buckets WHERE name=$1 FOR SHARE",
+                                         rec.bucket)
+            row = await c.fetchrow(f"SELECT {_OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2 "
+                                   "FOR UPDATE", rec.bucket, kb)
+            old = _obj(row) if row else None
+            if if_absent and old is not None:
+                return old
+            if if_version is not None and (old is None or old.version != if_version):
+                return old or ObjectRecord(rec.bucket, rec.key, 0, "", 0, "", "")
+            upload_layouts: list[dict] = []
+            if upload_id is not None:
+                # The upload's row lock keeps its parts from changing under this check.
+                await c.execute("SELECT 1 FROM uploads WHERE upload_id=$1 FOR UPDATE", upload_id)
+                upload_layouts = [json.loads(r[0]) for r in await c.fetch(
+                    "SELECT layout FROM parts WHERE upload_id=$1 ORDER BY number", upload_id)]
+                current = {d.get("part_uid") for d in upload_layouts}
+                if not {p["layout"].get("part_uid") for p in rec.parts} <= current:
+                    raise UploadChangedError(upload_id)
+            if not bucket_ok:
+                raise NoSuchBucketError(rec.bucket)
+            await self._release(c, release)
+            if old is None:
+                got = await c.execute(
+                    f"INSERT INTO objects ({_OBJ_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,"
+                    "$11,$12) ON CONFLICT (bucket, key) DO NOTHING", *values)
+                if not got.endswith(" 1"):
+                    raise _Again  # inserted by another commit since our read
+            else:
+                await c.execute(
+                    "UPDATE objects SET size=$3, etag=$4, last_modified=$5, owner=$6, "
+                    "version=$7, headers=$8, user_meta=$9, checksum=$10, parts=$11, "
+                    "manifest=$12 WHERE bucket=$1 AND key=$2", *values)
+            keep = {json.dumps(lay, sort_keys=True) for lay in rec.layouts()}
+            freed: list[dict] = []
+            if old is not None:
+                freed += [lay for lay in old.layouts()
+                          if json.dumps(lay, sort_keys=True) not in keep]
+            if upload_id is not None:
+                freed += [d for d in upload_layouts if json.dumps(d, sort_keys=True) not in keep]
+                await c.execute("DELETE FROM parts WHERE upload_id=$1", upload_id)
+                await c.execute("DELETE FROM uploads WHERE upload_id=$1", upload_id)
+            await self._queue(c, freed, now + self.free_delay)
+            return None
+        return await self._tx(tx)
+
+    async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
+        async def tx(c: asyncpg.Connection) -> ObjectRecord | None:
+            row = await c.fetchrow(f"DELETE FROM objects WHERE bucket=$1 AND key=$2 "
+                                   f"RETURNING {_OBJ_COLS}", bucket, key_bytes(key))
+            if row is None:
+                return None
+            old = _obj(row)
+            await self._queue(c, old.layouts(), time.time() + self.free_delay)
+            return old
+        return await self._tx(tx)
+
+    async def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
+                           limit: int) -> ListPage:
+        walk = ObjectWalk(prefix, delimiter, after, limit, lambda r: r[1], _listed)
+
+        async def run(c: asyncpg.Connection) -> ListPage:
+            while (r := walk.next_range()) is not None:
+                lower, inclusive, end = r
+                q = (f"SELECT {_LIST_COLS} FROM objects WHERE bucket=$1 AND "
+                     + ("key >= $2" if inclusive else "key > $2"))
+                args: list[Any] = [bucket, lower]
+                if end is not None:
+                    q += " AND key < $3"
+                    args.append(end)
+                walk.feed(await c.fetch(q + f" ORDER BY key LIMIT {BATCH}", *args))
+            return walk.page()
+        return await self._read(run)
+
+    # -- uploads --------------------------------------------------------------------------
+    async def create_upload(self, rec: UploadRecord) -> None:
+        async def tx(c: asyncpg.Connection) -> None:
+            if not await c.fetchval("SELECT 1 FROM buckets WHERE name=$1 FOR SHARE", rec.bucket):
+                raise NoSuchBucketError(rec.bucket)
+            await c.execute(f"INSERT INTO uploads ({_UP_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)",
+                            rec.upload_id, rec.bucket, key_bytes(rec.key), rec.owner,
+                            rec.initiated, json.dumps(rec.headers), json.dumps(rec.user_meta),
+                            rec.checksum_algorithm, rec.checksum_type)
+        await self._tx(tx)
+
+    async def get_upload(self, upload_id: str) -> UploadRecord | None:
+        row = await self._read(lambda c: c.fetchrow(
+            f"SELECT {_UP_COLS} FROM uploads WHERE upload_id=$1", upload_id))
+        return _up(row) if row else None
+
+    async def put_part(self, part: PartRecord, release: list[int] | None = None) -> bool:
+        async def tx(c: asyncpg.Connection) -> bool:
+            # A shared lock: parts upload in parallel, and Complete / Abort wait for them.
+            if await c.fetchval("SELECT 1 FROM uploads WHERE upload_id=$1 FOR SHARE",
+                                part.upload_id) is None:
+                return False
+            await self._release(c, release)
+            old = await c.fetchval("SELECT layout FROM parts WHERE upload_id=$1 AND number=$2 "
+                                   "FOR UPDATE", part.upload_id, part.number)
+            values = (part.upload_id, part.number, part.size, part.etag, part.last_modified,
+                      json.dumps(part.layout), json.dumps(part.checksum))
+            if old is None:
+                got = await c.execute(f"INSERT INTO parts ({_PART_COLS}) VALUES "
+                                      "($1,$2,$3,$4,$5,$6,$7) ON CONFLICT DO NOTHING", *values)
+                if not got.endswith(" 1"):
+                    raise _Again
+            else:
+                await self._queue(c, [json.loads(old)], time.time())
+                await c.execute("UPDATE parts SET size=$3, etag=$4, last_modified=$5, "
+                                "layout=$6, checksum=$7 WHERE upload_id=$1 AND number=$2",
+                                *values)
+            return True
+        return await self._tx(tx)
+
+    async def list_parts(self, upload_id: str, after: int = 0,
+                         limit: int = 10000) -> list[PartRecord]:
+        rows = await self._read(lambda c: c.fetch(
+            f"SELECT {_PART_COLS} FROM parts WHERE upload_id=$1 AND number>$2 "
+            "ORDER BY number LIMIT $3", upload_id, after, limit))
+        return [_part(r) for r in rows]
+
+    async def abort_upload(self, upload_id: str) -> bool:
+        async def tx(c: asyncpg.Connection) -> bool:
+            gone = (await c.execute("DELETE FROM uploads WHERE upload_id=$1",
+                                    upload_id)).endswith(" 1")
+            rows = await c.fetch("DELETE FROM parts WHERE upload_id=$1 RETURNING number, layout",
+                                 upload_id)
+            await self._queue(c, [json.loads(r[1]) for r in sorted(rows, key=lambda r: r[0])],
+                              time.time())
+            return gone
+        return await self._tx(tx)
+
+    async def list_uploads(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+                           upload_id_marker: str, limit: int) -> ListPage:
+        bp = key_bytes(prefix)
+        q = f"SELECT {_UP_COLS} FROM uploads WHERE bucket=$1"
+        args: list[Any] = [bucket]
+
+        def arg(v: Any) -> str:
+            args.append(v)
+            return f"${len(args)}"
+        if key_marker:
+            km = key_bytes(key_marker)
+            if upload_id_marker:
+                q += f" AND (key > {arg(km)} OR (key = {arg(km)} AND upload_id > " \
+                     f"{arg(upload_id_marker)}))"
+            else:
+                q += f" AND key > {arg(km)}"
+        if bp:
+            q += f" AND key >= {arg(bp)}"
+            end = prefix_end(bp)
+            if end is not None:
+                q += f" AND key < {arg(end)}"
+        q += " ORDER BY key, upload_id"
+        rows = await self._read(lambda c: c.fetch(q, *args))
+        return rollup_uploads(rows, prefix, delimiter, limit, lambda r: r[2], _up)
+
+    async def stale_uploads(self, older_than: float) -> list[str]:
+        rows = await self._read(lambda c: c.fetch(
+            "SELECT upload_id FROM uploads WHERE initiated < $1", older_than))
+        return [r[0] for r in rows]
+
+    # -- orphan queue ---------------------------------------------------------------------
+    async def queue_orphans(self, layouts: list[dict[str, Any]], delay: float = 0.0) -> list[int]:
+        return await self._tx(lambda c: self._queue(c, layouts, time.time() + delay))
+
+    async def claim_orphans(self, limit: int = 100, lease: float = 300.0) -> list[OrphanEntry]:
+        async def tx(c: asyncpg.Connection) -> list[OrphanEntry]:
+            now = time.time()
+            rows = await c.fetch("SELECT id, layout FROM orphans WHERE due <= $1 "
+                                 "ORDER BY due, id LIMIT $2 FOR UPDATE SKIP LOCKED", now, limit)
+            if rows:
+                await c.execute("UPDATE orphans SET due=$1 WHERE id = ANY($2::BIGINT[])",
+                                now + lease, [r[0] for r in rows])
+            return [OrphanEntry(r[0], json.loads(r[1])) for r in rows]
+        return await self._tx(tx)
+
+    async def done_orphans(self, ids: list[int]) -> None:
+        if ids:
+            await self._tx(lambda c: self._release(c, ids))
+
+    async def next_due(self) -> float | None:
+        return await self._read(lambda c: c.fetchval("SELECT MIN(due) FROM orphans"))
+
+    async def orphan_count(self) -> int:
+        return await self._read(lambda c: c.fetchval("SELECT COUNT(*) FROM orphans"))

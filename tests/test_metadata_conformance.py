@@ -1,0 +1,306 @@
+"""One contract, two stores: the same random sequence of bucket / object / upload / part /
+orphan operations gives the same answers on SQLite and on PostgreSQL (a real server), listings
+(prefix, delimiter, markers, max-keys) in S3's binary key order with non-ASCII and control
+characters in the keys included."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from gateway.metadata import BucketRecord, ObjectRecord, PartRecord, UploadRecord, open_store
+from gateway.metadata.postgres import PostgresStore
+from gateway.metadata.sqlite import SqliteStore
+from tests import storebackends
+
+pg_server = storebackends.pg_server
+
+# Few characters, so that keys share prefixes and collide: ASCII, a delimiter, control
+# characters, two-, three- and four-byte UTF-8 (binary order differs from code point order
+# only across these, and from a locale's collation everywhere).
+ALPHABET = ["a", "b", "/", "-", "\x01", "\t", "\x7f", "é", "\u00ff", "\u20ac", "\uffff",
+            "\U0001f600"]
+keys = st.text(alphabet=st.sampled_from(ALPHABET), min_size=1, max_size=5)
+prefixes = st.text(alphabet=st.sampled_from(ALPHABET[:4] + ["é"]), max_size=2)
+delimiters = st.sampled_from(["", "/", "é", "a"])
+buckets = st.sampled_from(["b1", "b2", "b3"])
+owners = st.sampled_from(["alice", "bob"])
+times = st.sampled_from([1.0, 2.5, 1e9, 1.7e9 + 0.123456])
+
+
+class Env:
+    """What every example shares: one event loop, one PostgreSQL store (emptied per example)."""
+
+    loop: asyncio.AbstractEventLoop
+    pg: PostgresStore
+    tmp: Path
+
+
+def outcome(coro: Any, loop: asyncio.AbstractEventLoop) -> tuple[str, Any]:
+    try:
+        return "ok", loop.run_until_complete(coro)
+    except Exception as e:  # the type of a refusal is part of the contract
+        return "raised", type(e).__name__
+
+
+def plain(v: Any) -> Any:
+    """Answers as comparable data (records as dicts, pages as tuples)."""
+    if hasattr(v, "__dataclass_fields__"):
+        return {k: plain(getattr(v, k)) for k in v.__dataclass_fields__}
+    if isinstance(v, list | tuple):
+        return [plain(x) for x in v]
+    return v
+
+
+class SameAnswers(RuleBasedStateMachine):
+    env: Env
+    counter = itertools.count()
+
+    @initialize()
+    def setup(self) -> None:
+        env = self.env
+        env.loop.run_until_complete(env.pg._p().execute(
+            "TRUNCATE buckets, objects, uploads, parts, orphans RESTART IDENTITY"))
+        self.sqlite = SqliteStore(env.tmp / f"m{next(self.counter)}.sqlite")
+        self.versions: list[str] = ["v-none"]
+        self.uploads: list[str] = ["u-none"]
+        # orphan id on SQLite -> id on PostgreSQL (ids need not agree, only what they name)
+        self.claimed: dict[int, int] = {}
+
+    def teardown(self) -> None:
+        self.env.loop.run_until_complete(self.sqlite.close())
+
+    def both(self, call: Any) -> tuple[Any, Any]:
+        a = outcome(call(self.sqlite), self.env.loop)
+        b = outcome(call(self.env.pg), self.env.loop)
+        return a, b
+
+    def same(self, call: Any) -> Any:
+        a, b = self.both(call)
+        assert plain(a) == plain(b)
+        return a[1]
+
+    def new_version(self) -> str:
+        v = f"v{next(self.counter)}"
+        self.versions.append(v)
+        return v
+
+    # -- buckets ------------------------------------------------------------------------
+    @rule(name=buckets, owner=owners, created=times)
+    def create_bucket(self, name: str, owner: str, created: float) -> None:
+        self.same(lambda s: s.create_bucket(BucketRecord(name, owner, created)))
+
+    @rule(name=buckets)
+    def delete_bucket(self, name: str) -> None:
+        self.same(lambda s: s.delete_bucket(name))
+
+    @rule(owner=st.none() | owners)
+    def list_buckets(self, owner: str | None) -> None:
+        self.same(lambda s: s.list_buckets(owner))
+
+    @rule(name=buckets)
+    def get_bucket(self, name: str) -> None:
+        self.same(lambda s: s.get_bucket(name))
+
+    # -- objects ------------------------------------------------------------------------
+    @rule(bucket=buckets, key=keys, size=st.integers(0, 1 << 40), when=times,
+          mode=st.sampled_from(["plain", "absent", "version"]), data=st.data())
+    def put_object(self, bucket: str, key: str, size: int, when: float, mode: str,
+                   data: st.DataObject) -> None:
+        v = self.new_version()
+        rec = ObjectRecord(bucket, key, size, f"etag-{v}", when, "alice", v,
+                           headers={"Content-Type": "text/plain"}, user_meta={"m": key},
+                           checksum={"algorithm": "CRC32", "value": "AAAAAA==",
+                                     "type": "FULL_OBJECT"},
+                           parts=[{"number": 1, "size": size, "etag": "e",
+                                   "layout": {"part_uid": f"{v}.p1", "placement": {"0": "n1"}}}])
+        kw: dict[str, Any] = {}
+        if mode == "absent":
+            kw["if_absent"] = True
+        elif mode == "version":
+            kw["if_version"] = data.draw(st.sampled_from(self.versions))
+        self.same(lambda s: s.put_object(rec, **kw))
+
+    @rule(bucket=buckets, key=keys)
+    def get_object(self, bucket: str, key: str) -> None:
+        self.same(lambda s: s.get_object(bucket, key))
+
+    @rule(bucket=buckets, key=keys)
+    def delete_object(self, bucket: str, key: str) -> None:
+        self.same(lambda s: s.delete_object(bucket, key))
+
+    @rule(bucket=buckets, prefix=prefixes, delimiter=delimiters, after=st.just("") | keys,
+          limit=st.integers(0, 6))
+    def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
+                     limit: int) -> None:
+        page = self.same(lambda s: s.list_objects(bucket, prefix, delimiter, after, limit))
+        got = [o.key for o in page.items]
+        assert got == sorted(got, key=lambda k: k.encode())
+
+    @rule(bucket=buckets, prefix=prefixes, delimiter=delimiters)
+    def list_all_pages(self, bucket: str, prefix: str, delimiter: str) -> None:
+        """Following next_marker with max-keys 2 visits what one big page holds, in order."""
+        whole = self.same(lambda s: s.list_objects(bucket, prefix, delimiter, "", 1000))
+        seen: list[str] = []
+        after = ""
+        for _ in range(100):
+            page = self.same(lambda s, a=after: s.list_objects(bucket, prefix, delimiter, a, 2))
+            seen += sorted([o.key for o in page.items] + page.prefixes, key=lambda k: k.encode())
+            if not page.truncated:
+                break
+            after = page.next_marker
+        want = sorted([o.key for o in whole.items] + whole.prefixes, key=lambda k: k.encode())
+        assert seen == want
+
+    # -- uploads ------------------------------------------------------------------------
+    @rule(bucket=buckets, key=keys, when=times)
+    def create_upload(self, bucket: str, key: str, when: float) -> None:
+        uid = f"u{next(self.counter):04d}"
+        self.uploads.append(uid)
+        self.same(lambda s: s.create_upload(UploadRecord(uid, bucket, key, "alice", when,
+                                                         {"Content-Type": "x"}, {"a": "1"},
+                                                         "CRC32", "COMPOSITE")))
+
+    @rule(data=st.data(), number=st.integers(1, 3), size=st.integers(0, 100))
+    def put_part(self, data: st.DataObject, number: int, size: int) -> None:
+        uid = data.draw(st.sampled_from(self.uploads))
+        v = self.new_version()
+        part = PartRecord(uid, number, size, f"e{v}", 1.0, {"part_uid": f"{v}.p{number}"},
+                          {"algorithm": "CRC32", "value": "x"})
+        self.same(lambda s: s.put_part(part))
+
+    @rule(data=st.data(), after=st.integers(0, 3), limit=st.integers(1, 4))
+    def list_parts(self, data: st.DataObject, after: int, limit: int) -> None:
+        uid = data.draw(st.sampled_from(self.uploads))
+        self.same(lambda s: s.list_parts(uid, after, limit))
+
+    @rule(data=st.data())
+    def abort_upload(self, data: st.DataObject) -> None:
+        uid = data.draw(st.sampled_from(self.uploads))
+        self.same(lambda s: s.abort_upload(uid))
+
+    @rule(data=st.data(), stale=st.booleans(), absent=st.booleans())
+    def complete_upload(self, data: st.DataObject, stale: bool, absent: bool) -> None:
+        uid = data.draw(st.sampled_from(self.uploads))
+        up = self.env.loop.run_until_complete(self.sqlite.get_upload(uid))
+        parts = self.env.loop.run_until_complete(self.sqlite.list_parts(uid))
+        if up is None:
+            bucket, key = "b1", "gone"
+        else:
+            bucket, key = up.bucket, up.key
+        chosen = [p for p in parts if data.draw(st.booleans())]
+        listed = [{"number": p.number, "size": p.size, "etag": p.etag, "layout": p.layout}
+                  for p in chosen]
+        if stale:  # a part replaced meanwhile
+            listed.append({"number": 9, "size": 1, "etag": "x",
+                           "layout": {"part_uid": "replaced.p9"}})
+        rec = ObjectRecord(bucket, key, sum(p.size for p in chosen), "m-2", 3.0, "alice", uid,
+                           parts=listed, manifest={"part_uid": f"{uid}.p0"})
+        self.same(lambda s: s.put_object(rec, upload_id=uid, if_absent=absent))
+
+    @rule(bucket=buckets, prefix=prefixes, delimiter=delimiters, data=st.data(),
+          limit=st.integers(1, 5))
+    def list_uploads(self, bucket: str, prefix: str, delimiter: str, data: st.DataObject,
+                     limit: int) -> None:
+        key_marker = data.draw(st.just("") | keys)
+        uid_marker = data.draw(st.just("") | st.sampled_from(self.uploads))
+        self.same(lambda s: s.list_uploads(bucket, prefix, delimiter, key_marker, uid_marker,
+                                           limit))
+
+    @rule(older=times)
+    def stale_uploads(self, older: float) -> None:
+        a, b = self.both(lambda s: s.stale_uploads(older))
+        assert (a[0], sorted(a[1])) == (b[0], sorted(b[1]))
+
+    # -- orphans ------------------------------------------------------------------------
+    @rule(n=st.integers(0, 3), later=st.booleans())
+    def queue_orphans(self, n: int, later: bool) -> None:
+        lays = [{"part_uid": f"q{next(self.counter)}", "pending": True} for _ in range(n)]
+        a, b = self.both(lambda s: s.queue_orphans(lays, delay=10_000.0 if later else 0.0))
+        assert a[0] == b[0] == "ok" and len(a[1]) == len(b[1]) == n
+
+    @rule(limit=st.integers(1, 4), lease=st.sampled_from([0.0, 10_000.0]))
+    def claim_orphans(self, limit: int, lease: float) -> None:
+        a, b = self.both(lambda s: s.claim_orphans(limit, lease))
+        assert a[0] == b[0] == "ok"
+        assert [e.layout for e in a[1]] == [e.layout for e in b[1]]
+        self.claimed.update({x.id: y.id for x, y in zip(a[1], b[1], strict=True)})
+
+    @rule(data=st.data())
+    def done_orphans(self, data: st.DataObject) -> None:
+        if not self.claimed:
+            return
+        ids = data.draw(st.lists(st.sampled_from(sorted(self.claimed)), max_size=3, unique=True))
+        self.env.loop.run_until_complete(self.sqlite.done_orphans(ids))
+        self.env.loop.run_until_complete(self.env.pg.done_orphans([self.claimed[i]
+                                                                   for i in ids]))
+        for i in ids:
+            del self.claimed[i]
+
+    @invariant()
+    def same_orphans(self) -> None:
+        if not hasattr(self, "sqlite"):
+            return
+        a, b = self.both(lambda s: s.orphan_count())
+        assert a == b
+        a, b = self.both(lambda s: s.next_due())
+        assert (a[1] is None) == (b[1] is None)
+
+
+def queued(store: Any, loop: asyncio.AbstractEventLoop) -> list[str]:
+    """Every queued layout, leased or not (for the final comparison)."""
+    if isinstance(store, SqliteStore):
+        rows = store._conn().execute("SELECT layout FROM orphans ORDER BY id").fetchall()
+    else:
+        rows = loop.run_until_complete(store._p().fetch("SELECT layout FROM orphans ORDER BY id"))
+    return sorted(json.dumps(json.loads(r[0]), sort_keys=True) for r in rows)
+
+
+class SameAnswersAndQueues(SameAnswers):
+    def teardown(self) -> None:
+        if hasattr(self, "sqlite"):
+            assert queued(self.sqlite, self.env.loop) == queued(self.env.pg, self.env.loop)
+            super().teardown()
+
+
+def test_sqlite_and_postgres_give_the_same_answers(pg_server) -> None:
+    env = Env()
+    env.loop = asyncio.new_event_loop()
+    tmp = tempfile.TemporaryDirectory(prefix="zonegate-conformance-")
+    env.tmp = Path(tmp.name)
+    store = open_store(pg_server.new_database(), password_file=str(pg_server.password_file))
+    assert isinstance(store, PostgresStore)
+    env.pg = store
+    try:
+        env.loop.run_until_complete(store.start())
+        SameAnswersAndQueues.env = env
+        machine = SameAnswersAndQueues.TestCase
+        machine.settings = settings(max_examples=30, stateful_step_count=30, deadline=None,
+                                    suppress_health_check=list(HealthCheck))
+        machine().runTest()
+    finally:
+        env.loop.run_until_complete(store.close())
+        env.loop.close()
+        tmp.cleanup()
+
+
+@pytest.mark.parametrize("key", ["\x00", "a\x00b"])
+async def test_nul_in_a_key_is_kept_by_both(stores, key) -> None:  # noqa: F811
+    s = await stores.open()
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    rec = ObjectRecord("b", key, 1, "e", 1.0, "alice", "v1")
+    assert await s.put_object(rec) is None
+    assert (await s.get_object("b", key)).key == key
+    assert [o.key for o in (await s.list_objects("b", "", "", "", 10)).items] == [key]
+
+
+stores = storebackends.stores

@@ -224,3 +224,24 @@ async def test_racing_sweepers_never_claim_the_same_entry(stores):
             await asyncio.sleep(0)
     await asyncio.gather(*(sweep(s) for s in many))
     assert sorted(claimed) == sorted(ids)  # each entry exactly once
+
+
+def _multipart(version: str, nparts: int = 64) -> ObjectRecord:
+    parts = [{"number": n, "size": 8 << 20, "etag": f"{version}-{n}",
+              "layout": {"part_uid": f"{version}.p{n}",
+                         "placement": {str(i): f"node{i:02d}" for i in range(10)}}}
+             for n in range(1, nparts + 1)]
+    return ObjectRecord(bucket="bkt", key="big", size=(8 << 20) * nparts, etag=f"{version}-x",
+                        last_modified=1.0, owner="alice", version=version, parts=parts)
+
+
+async def test_big_part_lists_are_parsed_once_and_never_stale(stores):
+    me, other = await _several(stores, 2)
+    await me.put_object(_multipart("v1"))
+    a, b = await me.get_object("bkt", "big"), await me.get_object("bkt", "big")
+    assert a.parts is b.parts and a.parts == _multipart("v1").parts
+    await other.put_object(_multipart("v2"))  # replaced through another gateway
+    c = await me.get_object("bkt", "big")
+    assert c.version == "v2" and c.parts == _multipart("v2").parts
+    await other.delete_object("bkt", "big")
+    assert await me.get_object("bkt", "big") is None

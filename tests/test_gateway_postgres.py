@@ -225,6 +225,59 @@ def test_sigkill_mid_commit_loses_nothing_acknowledged(cluster: Gateway, pg: PgS
                     timeout=60), (len(archive_ids(cluster) - base), len(committed))
 
 
+def test_database_crash_under_writes_leaves_no_half_commit(cluster: Gateway,
+                                                           pg: PgServer) -> None:
+    """PostgreSQL killed (immediate shutdown: a crash) while PUTs stream in, then back: every
+    acknowledged PUT is there, every listed object reads back whole, the clients saw only
+    503 SlowDown, and the fragments of the refused PUTs are swept."""
+    s3 = cluster.client()
+    s3.create_bucket(Bucket="dbcrash")
+    base = archive_ids(cluster)
+    acked: dict[str, bytes] = {}
+    codes: set[str] = set()
+    stop = threading.Event()
+
+    def writer(n: int) -> None:
+        c = cluster.client()
+        i = 0
+        while not stop.is_set():
+            key, body = f"w{n}-{i:05d}", os.urandom(30_000)
+            try:
+                c.put_object(Bucket="dbcrash", Key=key, Body=body)
+                acked[key] = body
+            except ClientError as e:
+                codes.add(e.response["Error"]["Code"])
+            i += 1
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        assert wait_for(lambda: len(acked) >= 10, timeout=60)
+        pg.stop("immediate")
+        time.sleep(1.0)
+    finally:
+        pg.start()
+    before = len(acked)
+    assert wait_for(lambda: len(acked) >= before + 10, timeout=60)  # writes resume by themselves
+    stop.set()
+    for t in threads:
+        t.join(60)
+    assert codes == {"SlowDown"}, codes  # the outage was seen, and only as 503 SlowDown
+    for key, body in acked.items():
+        assert s3.get_object(Bucket="dbcrash", Key=key)["Body"].read() == body, key
+    committed = [o for page in s3.get_paginator("list_objects_v2").paginate(Bucket="dbcrash")
+                 for o in page.get("Contents", [])]
+    assert set(acked) <= {o["Key"] for o in committed}
+    for o in committed:
+        assert len(s3.get_object(Bucket="dbcrash", Key=o["Key"])["Body"].read()) == o["Size"]
+    time.sleep(2.5)  # past the pending grace
+    s3.put_object(Bucket="dbcrash", Key="poke", Body=b"p")
+    per_object = cluster.k + cluster.m
+    assert wait_for(lambda: len(archive_ids(cluster) - base) == per_object * (len(committed) + 1),
+                    timeout=60), (len(archive_ids(cluster) - base), len(committed))
+
+
 async def _fill_sqlite(path: Path) -> None:
     s = open_store(str(path))
     await s.start()

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from gateway.metadata.keys import BATCH, ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
+from gateway.metadata.partscache import PartsCache
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -131,11 +132,11 @@ class _Again(Exception):
     """A row appeared between our read and our insert: run the transaction again."""
 
 
-def _obj(r: Any) -> ObjectRecord:
+def _obj(r: Any, parts: list[dict[str, Any]] | None = None) -> ObjectRecord:
     return ObjectRecord(
         bucket=r[0], key=key_str(r[1]), size=r[2], etag=r[3], last_modified=r[4], owner=r[5],
         version=r[6], headers=json.loads(r[7]), user_meta=json.loads(r[8]),
-        checksum=json.loads(r[9]), parts=json.loads(r[10]),
+        checksum=json.loads(r[9]), parts=json.loads(r[10]) if parts is None else parts,
         manifest=json.loads(r[11]) if r[11] else None)
 
 
@@ -165,6 +166,7 @@ class PostgresStore(MetadataStore):
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self._pool: asyncpg.Pool | None = None
+        self._parts = PartsCache()
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.url)})"
@@ -322,7 +324,10 @@ class PostgresStore(MetadataStore):
         row = await self._read(lambda c: c.fetchrow(
             f"SELECT {_OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2",
             bucket, key_bytes(key)))
-        return _obj(row) if row else None
+        if row is None:
+            return None
+        # The parts list may be shared with other readers of this version: read-only.
+        return _obj(row, self._parts.parts(bucket, row[1], row[10]))
 
     async def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
                          if_absent: bool = False, upload_id: str | None = None,

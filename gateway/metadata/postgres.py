@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from gateway.metadata.keys import BATCH, ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
+from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
 from gateway.metadata.partscache import PartsCache
 from gateway.metadata.store import (
     BucketNotEmptyError,
@@ -411,7 +411,7 @@ class PostgresStore(MetadataStore):
                 if end is not None:
                     q += " AND key < $3"
                     args.append(end)
-                walk.feed(await c.fetch(q + f" ORDER BY key LIMIT {BATCH}", *args))
+                walk.feed(await c.fetch(q + f" ORDER BY key LIMIT {walk.batch}", *args))
             return walk.page()
         return await self._read(run)
 

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.metadata.keys import BATCH, ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
+from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -318,7 +318,7 @@ class SqliteStore(MetadataStore):
             if end is not None:
                 q += " AND key < ?"
                 args.append(end)
-            walk.feed(c.execute(q + f" ORDER BY key LIMIT {BATCH}", args).fetchall())
+            walk.feed(c.execute(q + f" ORDER BY key LIMIT {walk.batch}", args).fetchall())
         return walk.page()
 
     # -- uploads --------------------------------------------------------------------------

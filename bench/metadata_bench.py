@@ -3,9 +3,10 @@
 1. Store-level commit rate: a bucket filled with `--list-objects` objects by 32 concurrent
    `put_object` writers on the store API (no HTTP): commits/s for each backend (PostgreSQL
    with a pool of 32 connections, SQLite with its one writer thread).
-2. Listing that bucket over HTTP (boto3 ListObjectsV2 against one gateway on the store), pages of
-   1000: the whole bucket without a delimiter, with delimiter "/" under a prefix of 100 common
-   prefixes, and under a deep prefix: p50/p99 per page.
+2. Listing that bucket, pages of 1000: the whole bucket without a delimiter, with delimiter "/"
+   under a prefix of 100 common prefixes, under a deep prefix, and a delimiter that rolls up
+   every key: p50/p99 per page of the store's list_objects, of boto3 ListObjectsV2 against one
+   gateway on the store, and of the same request signed and sent raw (no boto3 parsing).
 3. Small objects, the dataset-loader shape: 64 KiB objects, 8 boto3 threads, PUT `--objects`
    objects then GET them in random order: ops/s, p50/p99 per request, for one gateway on SQLite,
    one on PostgreSQL, and two on PostgreSQL behind HAProxy (loopback).
@@ -25,6 +26,7 @@ import asyncio
 import hashlib
 import json
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -137,7 +139,33 @@ def s3_client(endpoint: str) -> Any:
                                       retries={"max_attempts": 3, "mode": "standard"}))
 
 
-def list_pages(endpoint: str, max_pages: int) -> dict[str, Any]:
+def raw_pages(gw: Any, mode: dict[str, str], max_pages: int) -> list[float]:
+    """ListObjectsV2 pages as signed raw HTTP requests: the gateway's answer time without
+    boto3's XML parsing (which costs more than the gateway on this machine)."""
+    from urllib.parse import urlencode
+
+    from tests.gwcluster import signed_request
+    lat: list[float] = []
+    token = ""
+    while len(lat) < max_pages:
+        q = {"list-type": "2", "max-keys": "1000", "prefix": mode.get("prefix", "")}
+        if mode.get("delimiter"):
+            q["delimiter"] = mode["delimiter"]
+        if token:
+            q["continuation-token"] = token
+        t = time.perf_counter()
+        status, _, body = signed_request(gw, "GET", "/" + BUCKET_LIST,
+                                         query=urlencode(sorted(q.items())))
+        lat.append(time.perf_counter() - t)
+        assert status == 200, body[:300]
+        m = re.search(rb"<NextContinuationToken>([^<]+)</NextContinuationToken>", body)
+        if m is None:
+            break
+        token = m.group(1).decode()
+    return lat
+
+
+def list_pages(endpoint: str, max_pages: int, gw: Any = None) -> dict[str, Any]:
     cl = s3_client(endpoint)
     out: dict[str, Any] = {}
     for name, mode in LIST_MODES.items():
@@ -161,6 +189,10 @@ def list_pages(endpoint: str, max_pages: int) -> dict[str, Any]:
         # entries: keys + common prefixes
         out[name] = {"pages": len(lat), "entries": items, "p50_ms": round(pct(lat, 50) * 1000, 1),
                      "p99_ms": round(pct(lat, 99) * 1000, 1)}
+        if gw is not None:
+            raw = raw_pages(gw, mode, max_pages)
+            out[name]["raw_http_p50_ms"] = round(pct(raw, 50) * 1000, 1)
+            out[name]["raw_http_p99_ms"] = round(pct(raw, 99) * 1000, 1)
     return out
 
 
@@ -240,7 +272,7 @@ def run_backend(name: str, target: str, root: Path, args: argparse.Namespace,
     print(f"[{name}] store listing: {res['store_listing']}", flush=True)
     with MultiGateway(root / name, target, gateways=1, password_file=password_file) as mg:
         endpoint = mg.gws[0].endpoint
-        res["listing"] = list_pages(endpoint, args.max_pages)
+        res["listing"] = list_pages(endpoint, args.max_pages, mg.gws[0])
         print(f"[{name}] listing: {res['listing']}", flush=True)
         res["small"] = small_objects(endpoint, args.objects)
         print(f"[{name}] small objects, one gateway: {res['small']}", flush=True)

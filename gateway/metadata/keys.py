@@ -14,6 +14,9 @@ from gateway.metadata.store import ListPage
 
 # Rows fetched per range query of a listing walk: keeps each query short.
 BATCH = 1000
+# Rows asked for right after a jump past a rolled-up common prefix: the next row is often
+# rolled up too, and a full BATCH would fetch (and drop) the whole next prefix's keys.
+JUMP_BATCH = 8
 
 
 def key_bytes(key: str) -> bytes:
@@ -41,7 +44,7 @@ class ObjectWalk:
 
     Drive it with `while (r := walk.next_range()) is not None: walk.feed(fetch(*r))`: a range
     is (lower, inclusive, end) meaning `key >= lower` (or `> lower`) and `key < end` (end None:
-    no bound), at most BATCH rows in key order. `key_of(row)` gives a row's key bytes and
+    no bound), at most `walk.batch` rows in key order. `key_of(row)` gives a row's key bytes and
     `item_of(row)` its page item."""
 
     def __init__(self, prefix: str, delimiter: str, after: str, limit: int,
@@ -57,6 +60,9 @@ class ObjectWalk:
         self.truncated = False
         self.last: str | None = None
         self.done = False
+        # the first query asks for one row past the page: a full page then needs no second one
+        # to learn that it is truncated
+        self.batch = min(max(limit, 0), BATCH) + 1
         ba = key_bytes(after)
         if ba and ba >= self.bp:
             self.lower, self.inclusive = ba, False
@@ -74,6 +80,7 @@ class ObjectWalk:
         return None if self.done else (self.lower, self.inclusive, self.end)
 
     def feed(self, rows: list[Any]) -> None:
+        asked, self.batch = self.batch, BATCH
         if not rows:
             self.done = True
             return
@@ -95,12 +102,13 @@ class ObjectWalk:
                         self.done = True
                         return
                     self.lower, self.inclusive, jumped = nxt, True, True
+                    self.batch = JUMP_BATCH
                     break
             self.items.append(self.item_of(row))
             self.count += 1
             self.last = key_str(kb)
             self.lower, self.inclusive = kb, False
-        if not jumped and len(rows) < BATCH:
+        if not jumped and len(rows) < asked:
             self.done = True
 
     def page(self) -> ListPage:

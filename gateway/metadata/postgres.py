@@ -34,13 +34,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from gateway.metadata.keys import BATCH, ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
+from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
 from gateway.metadata.partscache import PartsCache
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
     ListPage,
     MetadataStore,
+    NoSuchBucketError,
     ObjectRecord,
     OrphanEntry,
     PartRecord,
@@ -338,6 +339,11 @@ class PostgresStore(MetadataStore):
 
         async def tx(c: asyncpg.Connection) -> ObjectRecord | None:
             now = time.time()
+            # The bucket row share-locked first (DeleteBucket locks it FOR UPDATE, then the
+            # object and upload rows: one lock order), so a bucket deleted meanwhile, by any
+            # gateway, is seen here and no object lands in a bucket that is gone.
+            bucket_ok = await c.fetchval("SELECT 1 FROM buckets WHERE name=$1 FOR SHARE",
+                                         rec.bucket)
             row = await c.fetchrow(f"SELECT {_OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2 "
                                    "FOR UPDATE", rec.bucket, kb)
             old = _obj(row) if row else None
@@ -354,6 +360,8 @@ class PostgresStore(MetadataStore):
                 current = {d.get("part_uid") for d in upload_layouts}
                 if not {p["layout"].get("part_uid") for p in rec.parts} <= current:
                     raise UploadChangedError(upload_id)
+            if not bucket_ok:
+                raise NoSuchBucketError(rec.bucket)
             await self._release(c, release)
             if old is None:
                 got = await c.execute(
@@ -420,13 +428,15 @@ class PostgresStore(MetadataStore):
                 if end is not None:
                     q += " AND key < $3"
                     args.append(end)
-                walk.feed(await c.fetch(q + f" ORDER BY key LIMIT {BATCH}", *args))
+                walk.feed(await c.fetch(q + f" ORDER BY key LIMIT {walk.batch}", *args))
             return walk.page()
         return await self._read(run)
 
     # -- uploads --------------------------------------------------------------------------
     async def create_upload(self, rec: UploadRecord) -> None:
         async def tx(c: asyncpg.Connection) -> None:
+            if not await c.fetchval("SELECT 1 FROM buckets WHERE name=$1 FOR SHARE", rec.bucket):
+                raise NoSuchBucketError(rec.bucket)
             await c.execute(f"INSERT INTO uploads ({_UP_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)",
                             rec.upload_id, rec.bucket, key_bytes(rec.key), rec.owner,
                             rec.initiated, json.dumps(rec.headers), json.dumps(rec.user_meta),

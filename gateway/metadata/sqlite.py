@@ -25,12 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.metadata.keys import BATCH, ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
+from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
     ListPage,
     MetadataStore,
+    NoSuchBucketError,
     ObjectRecord,
     OrphanEntry,
     PartRecord,
@@ -156,6 +157,13 @@ class SqliteStore(MetadataStore):
         self._local = threading.local()
 
     # -- buckets --------------------------------------------------------------------------
+    @staticmethod
+    def _require_bucket(c: sqlite3.Connection, name: str) -> None:
+        # Inside the writer's transaction: a DeleteBucket committed since the request checked
+        # its bucket is seen here, so no object or upload lands in a bucket that is gone.
+        if c.execute("SELECT 1 FROM buckets WHERE name=?", (name,)).fetchone() is None:
+            raise NoSuchBucketError(name)
+
     def _create_bucket(self, rec: BucketRecord) -> BucketRecord | None:
         with self._tx() as c:
             existing = self._bucket(c, rec.name)
@@ -265,6 +273,7 @@ class SqliteStore(MetadataStore):
                     "SELECT layout FROM parts WHERE upload_id=?", (upload_id,))}
                 if not {p["layout"].get("part_uid") for p in rec.parts} <= current:
                     raise UploadChangedError(upload_id)
+            self._require_bucket(c, rec.bucket)
             self._release(c, release)
             c.execute(f"INSERT OR REPLACE INTO objects ({self._OBJ_COLS}) "
                       "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -323,7 +332,7 @@ class SqliteStore(MetadataStore):
             if end is not None:
                 q += " AND key < ?"
                 args.append(end)
-            walk.feed(c.execute(q + f" ORDER BY key LIMIT {BATCH}", args).fetchall())
+            walk.feed(c.execute(q + f" ORDER BY key LIMIT {walk.batch}", args).fetchall())
         return walk.page()
 
     # -- uploads --------------------------------------------------------------------------
@@ -337,6 +346,7 @@ class SqliteStore(MetadataStore):
 
     def _create_upload(self, rec: UploadRecord) -> None:
         with self._tx() as c:
+            self._require_bucket(c, rec.bucket)
             c.execute(f"INSERT INTO uploads ({self._UP_COLS}) VALUES (?,?,?,?,?,?,?,?,?)",
                       (rec.upload_id, rec.bucket, _k(rec.key), rec.owner, rec.initiated,
                        json.dumps(rec.headers), json.dumps(rec.user_meta),

@@ -95,6 +95,11 @@ class UploadChangedError(Exception):
     """A completing upload was aborted, or one of its parts replaced, meanwhile."""
 
 
+class NoSuchBucketError(Exception):
+    """The bucket was deleted (by another request or gateway) before the commit: an object or
+    upload must never be committed into a bucket that is gone."""
+
+
 class StoreUnavailableError(S3Error):
     """The metadata database does not answer (lost, restarting, overloaded). Nothing of the
     transaction was applied, or its commit's answer was lost; S3 clients see 503 SlowDown and
@@ -152,7 +157,8 @@ class MetadataStore(abc.ABC):
         parts not used by rec) for deletion. With if_absent / if_version the commit only happens
         if the key is absent / still has that version: returns the current record on conflict,
         None on success. With upload_id, every part of rec must still be a current part of that
-        upload, else UploadChangedError and nothing changes. `release`: orphan-queue entries (the pending marks of the data just
+        upload, else UploadChangedError and nothing changes; NoSuchBucketError if the bucket
+        is gone (checked in the same transaction). `release`: orphan-queue entries (the pending marks of the data just
         written) removed in the same transaction, so committed data is never swept."""
 
     @abc.abstractmethod
@@ -172,7 +178,8 @@ class MetadataStore(abc.ABC):
 
     # uploads
     @abc.abstractmethod
-    async def create_upload(self, rec: UploadRecord) -> None: ...
+    async def create_upload(self, rec: UploadRecord) -> None:
+        """NoSuchBucketError if the bucket is gone (checked in the same transaction)."""
 
     @abc.abstractmethod
     async def get_upload(self, upload_id: str) -> UploadRecord | None: ...

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from gateway import checksums
 from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord, PartRecord, UploadRecord
-from gateway.metadata.store import UploadChangedError
+from gateway.metadata.store import NoSuchBucketError, UploadChangedError
 from gateway.numbers import INT32_MAX, parse_uint
 from gateway.ops.common import (
     MAX_PART_SIZE,
@@ -101,7 +101,10 @@ async def create_upload(req: S3Request) -> Response:
     up = UploadRecord(upload_id=new_version(), bucket=req.bucket, key=req.key, owner=req.user,
                       initiated=now(), headers=stored_headers(req), user_meta=user_metadata(req),
                       checksum_algorithm=algo, checksum_type=ctype)
-    await req.gw.store.create_upload(up)
+    try:
+        await req.gw.store.create_upload(up)
+    except NoSuchBucketError:  # deleted since require_bucket, by this gateway or another
+        raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket) from None
     headers = {}
     if algo:
         headers = {"x-amz-checksum-algorithm": algo, "x-amz-checksum-type": ctype}

@@ -15,6 +15,7 @@ from starlette.responses import Response, StreamingResponse
 from gateway import checksums
 from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
+from gateway.metadata.store import NoSuchBucketError
 from gateway.numbers import parse_uint, shown
 from gateway.ops.common import (
     MAX_DELETE_KEYS,
@@ -105,12 +106,18 @@ async def store_object(req: S3Request, rec: ObjectRecord, marks: list[int], *,
                        if_absent: bool = False, if_version: str | None = None,
                        upload_id: str | None = None) -> None:
     """Commit rec (releasing the pending marks of its new data); on a lost race the new
-    layouts are freed and 412 raised."""
+    layouts are freed and 412 raised (NoSuchBucket if the bucket was deleted meanwhile, by
+    this gateway or another)."""
     if os.environ.get("ZONEGATE_TEST_CRASH_BEFORE_COMMIT") == rec.key:
         os._exit(70)  # fault injection for the crash tests: data written, metadata not
-    conflict = await req.gw.store.put_object(rec, if_absent=if_absent,
-                                             if_version=if_version,
-                                             upload_id=upload_id, release=marks)
+    try:
+        conflict = await req.gw.store.put_object(rec, if_absent=if_absent,
+                                                 if_version=if_version,
+                                                 upload_id=upload_id, release=marks)
+    except NoSuchBucketError:
+        await req.gw.store.queue_orphans(rec.layouts())
+        notify_sweeper(req)
+        raise S3Error("NoSuchBucket", resource="/" + rec.bucket, BucketName=rec.bucket) from None
     if conflict is not None:
         await req.gw.store.queue_orphans(rec.layouts())
         notify_sweeper(req)

@@ -1,0 +1,350 @@
+"""Metadata benchmark: the embedded SQLite store against PostgreSQL, in one run.
+
+1. Store-level commit rate: a bucket filled with `--list-objects` objects by 32 concurrent
+   `put_object` writers on the store API (no HTTP): commits/s for each backend (PostgreSQL
+   with a pool of 32 connections, SQLite with its one writer thread).
+2. Listing that bucket, pages of 1000: the whole bucket without a delimiter, with delimiter "/"
+   under a prefix of 100 common prefixes, under a deep prefix, and a delimiter that rolls up
+   every key: p50/p99 per page of the store's list_objects, of boto3 ListObjectsV2 against one
+   gateway on the store, and of the same request signed and sent raw (no boto3 parsing).
+3. Small objects, the dataset-loader shape: 64 KiB objects, 8 boto3 threads, PUT `--objects`
+   objects then GET them in random order: ops/s, p50/p99 per request, for one gateway on SQLite,
+   one on PostgreSQL, and two on PostgreSQL behind HAProxy (loopback).
+
+The cluster is the tests' (tests/multigwcluster.py): 6 node processes, 4+2, one gateway worker
+each; PostgreSQL is a throwaway server (tests/pgserver.py: Debian's binaries, initdb into a
+temporary directory, fsync on). Numbers from one noisy shared 2-core machine: read the ratios.
+
+    python -m bench metadata [--objects 2000] [--list-objects 1000000] [--skip haproxy]
+                             [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+KiB = 1024
+WRITERS = 32
+CLIENT_THREADS = 8
+SMALL = 64 * KiB
+BUCKET_LIST = "listing"
+BUCKET_SMALL = "small"
+OWNER = "alice"
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def ms(v: float) -> str:
+    return f"{v * 1000:.1f}"
+
+
+def list_key(i: int) -> str:
+    """10 top prefixes x 100 second-level prefixes, objects 5 levels deep."""
+    return f"d{i % 10}/s{(i // 10) % 100:02d}/train/shard/x/obj-{i:07d}"
+
+
+# ------------------------------------------------------------------------ store level
+
+LIST_MODES: dict[str, dict[str, str]] = {
+    "flat": {},                                               # the whole bucket
+    "delimiter": {"prefix": "d3/", "delimiter": "/"},         # 100 common prefixes
+    "deep_prefix": {"prefix": "d3/s07/train/shard/x/"},       # a deep prefix, objects only
+    "deep_delimiter": {"prefix": "d3/", "delimiter": "x"},    # rolls every key up: skipping
+}
+
+async def fill(target: str, n: int, password_file: str | None,
+               max_pages: int) -> dict[str, Any]:
+    """Create the listing bucket and put n objects with WRITERS concurrent writers; then time
+    the store's listing pages."""
+    from gateway.metadata import BucketRecord, ObjectRecord, open_store
+    kw: dict[str, Any] = {}
+    if target.startswith("postgresql://"):
+        kw = {"password_file": password_file, "pool_size": WRITERS}
+    store = open_store(target, **kw)
+    await store.start()
+    await store.create_bucket(BucketRecord(BUCKET_LIST, OWNER, time.time()))
+    counter = iter(range(n))
+    lat: list[float] = []
+
+    async def writer() -> None:
+        for i in counter:
+            version = uuid.uuid4().hex
+            etag = hashlib.md5(str(i).encode()).hexdigest()
+            rec = ObjectRecord(bucket=BUCKET_LIST, key=list_key(i), size=1024, etag=etag,
+                               last_modified=time.time(), owner=OWNER, version=version,
+                               headers={"Content-Type": "application/octet-stream"},
+                               parts=[{"number": 1, "size": 1024, "etag": etag,
+                                       "layout": {"part_uid": f"{version}-1", "size": 1024}}])
+            t = time.perf_counter()
+            await store.put_object(rec)
+            lat.append(time.perf_counter() - t)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(writer() for _ in range(WRITERS)))
+    wall = time.perf_counter() - t0
+    commit = {"objects": n, "seconds": round(wall, 1), "commits_per_s": round(n / wall),
+              "p50_ms": round(pct(lat, 50) * 1000, 2), "p99_ms": round(pct(lat, 99) * 1000, 2)}
+    listing = {name: await store_pages(store, max_pages, **kw)
+               for name, kw in LIST_MODES.items()}
+    await store.close()
+    return {"commit": commit, "store_listing": listing}
+
+
+async def store_pages(store: Any, max_pages: int, prefix: str = "",
+                      delimiter: str = "") -> dict[str, Any]:
+    """The store's own list_objects pages of 1000 (what one ListObjectsV2 page asks it)."""
+    lat: list[float] = []
+    after = ""
+    while len(lat) < max_pages:
+        t = time.perf_counter()
+        page = await store.list_objects(BUCKET_LIST, prefix, delimiter, after, 1000)
+        lat.append(time.perf_counter() - t)
+        if not page.truncated:
+            break
+        after = page.next_marker or ""
+    return {"pages": len(lat), "p50_ms": round(pct(lat, 50) * 1000, 1),
+            "p99_ms": round(pct(lat, 99) * 1000, 1)}
+
+
+# ------------------------------------------------------------------------ over HTTP
+
+def s3_client(endpoint: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    from tests.gwcluster import ACCESS_KEY, SECRET_KEY
+    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=ACCESS_KEY,
+                        aws_secret_access_key=SECRET_KEY, region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}, proxies={},
+                                      max_pool_connections=CLIENT_THREADS * 2,
+                                      retries={"max_attempts": 3, "mode": "standard"}))
+
+
+def raw_pages(gw: Any, mode: dict[str, str], max_pages: int) -> list[float]:
+    """ListObjectsV2 pages as signed raw HTTP requests: the gateway's answer time without
+    boto3's XML parsing (which costs more than the gateway on this machine)."""
+    from urllib.parse import urlencode
+
+    from tests.gwcluster import signed_request
+    lat: list[float] = []
+    token = ""
+    while len(lat) < max_pages:
+        q = {"list-type": "2", "max-keys": "1000", "prefix": mode.get("prefix", "")}
+        if mode.get("delimiter"):
+            q["delimiter"] = mode["delimiter"]
+        if token:
+            q["continuation-token"] = token
+        t = time.perf_counter()
+        status, _, body = signed_request(gw, "GET", "/" + BUCKET_LIST,
+                                         query=urlencode(sorted(q.items())))
+        lat.append(time.perf_counter() - t)
+        assert status == 200, body[:300]
+        m = re.search(rb"<NextContinuationToken>([^<]+)</NextContinuationToken>", body)
+        if m is None:
+            break
+        token = m.group(1).decode()
+    return lat
+
+
+def list_pages(endpoint: str, max_pages: int, gw: Any = None) -> dict[str, Any]:
+    cl = s3_client(endpoint)
+    out: dict[str, Any] = {}
+    for name, mode in LIST_MODES.items():
+        args = {"Prefix": mode.get("prefix", "")}
+        if mode.get("delimiter"):
+            args["Delimiter"] = mode["delimiter"]
+        lat: list[float] = []
+        token: str | None = None
+        items = 0
+        while len(lat) < max_pages:
+            kw = dict(args, Bucket=BUCKET_LIST, MaxKeys=1000)
+            if token:
+                kw["ContinuationToken"] = token
+            t = time.perf_counter()
+            r = cl.list_objects_v2(**kw)
+            lat.append(time.perf_counter() - t)
+            items += len(r.get("Contents", [])) + len(r.get("CommonPrefixes", []))
+            if not r.get("IsTruncated"):
+                break
+            token = r["NextContinuationToken"]
+        # entries: keys + common prefixes
+        out[name] = {"pages": len(lat), "entries": items, "p50_ms": round(pct(lat, 50) * 1000, 1),
+                     "p99_ms": round(pct(lat, 99) * 1000, 1)}
+        if gw is not None:
+            raw = raw_pages(gw, mode, max_pages)
+            out[name]["raw_http_p50_ms"] = round(pct(raw, 50) * 1000, 1)
+            out[name]["raw_http_p99_ms"] = round(pct(raw, 99) * 1000, 1)
+    return out
+
+
+def small_objects(endpoint: str, n: int) -> dict[str, Any]:
+    """PUT n 64 KiB objects with CLIENT_THREADS threads, then GET them in random order."""
+    cl = s3_client(endpoint)
+    try:
+        cl.create_bucket(Bucket=BUCKET_SMALL)
+    except cl.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    data = random.Random(1).randbytes(SMALL)
+    prefix = uuid.uuid4().hex[:8]
+    keys = [f"{prefix}/sample-{i:06d}" for i in range(n)]
+    out: dict[str, Any] = {}
+    for phase in ("put", "get"):
+        order = keys if phase == "put" else random.Random(2).sample(keys, len(keys))
+        out[phase] = timed_phase(cl, phase, order, data)
+    return out
+
+
+def timed_phase(cl: Any, phase: str, order: list[str], data: bytes) -> dict[str, Any]:
+    lat: list[float] = []
+    lock = threading.Lock()
+    it = iter(order)  # shared by the threads: next() on a list iterator is atomic
+
+    def work() -> None:
+        for key in it:
+            t = time.perf_counter()
+            if phase == "put":
+                cl.put_object(Bucket=BUCKET_SMALL, Key=key, Body=data)
+            else:
+                body = cl.get_object(Bucket=BUCKET_SMALL, Key=key)["Body"].read()
+                assert len(body) == SMALL
+            dt = time.perf_counter() - t
+            with lock:
+                lat.append(dt)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(CLIENT_THREADS) as ex:
+        for f in [ex.submit(work) for _ in range(CLIENT_THREADS)]:
+            f.result()
+    wall = time.perf_counter() - t0
+    return {"ops_per_s": round(len(order) / wall, 1), "p50_ms": round(pct(lat, 50) * 1000, 1),
+            "p99_ms": round(pct(lat, 99) * 1000, 1)}
+
+
+HAPROXY_CFG = """\
+global
+    maxconn 512
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+    retries 3
+    option redispatch
+frontend s3
+    bind 127.0.0.1:{port}
+    default_backend gateways
+backend gateways
+    balance roundrobin
+    option httpchk GET /health/ready
+    http-check expect status 200
+    default-server inter 1s fall 2 rise 2
+{servers}
+"""
+
+
+# ------------------------------------------------------------------------ the run
+
+def run_backend(name: str, target: str, root: Path, args: argparse.Namespace,
+                password_file: str | None) -> dict[str, Any]:
+    from tests.multigwcluster import MultiGateway
+    res: dict[str, Any] = {}
+    print(f"[{name}] filling {args.list_objects} objects with {WRITERS} writers ...", flush=True)
+    res.update(asyncio.run(fill(target, args.list_objects, password_file, args.max_pages)))
+    print(f"[{name}] commit rate: {res['commit']}", flush=True)
+    print(f"[{name}] store listing: {res['store_listing']}", flush=True)
+    with MultiGateway(root / name, target, gateways=1, password_file=password_file) as mg:
+        endpoint = mg.gws[0].endpoint
+        res["listing"] = list_pages(endpoint, args.max_pages, mg.gws[0])
+        print(f"[{name}] listing: {res['listing']}", flush=True)
+        res["small"] = small_objects(endpoint, args.objects)
+        print(f"[{name}] small objects, one gateway: {res['small']}", flush=True)
+    return res
+
+
+def run_haproxy(target: str, root: Path, args: argparse.Namespace,
+                password_file: str | None) -> dict[str, Any] | None:
+    from tests.gwcluster import free_port
+    from tests.multigwcluster import MultiGateway
+    if shutil.which("haproxy") is None:
+        print("[haproxy] skipped: haproxy is not installed", flush=True)
+        return None
+    with MultiGateway(root / "haproxy", target, gateways=2, password_file=password_file) as mg:
+        port = free_port()
+        cfg = root / "haproxy.cfg"
+        cfg.write_text(HAPROXY_CFG.format(port=port, servers="\n".join(
+            f"    server gw{g.index} {g.host}:{g.port} check" for g in mg.gws)))
+        proc = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(2.5)  # the health checks mark both gateways up
+            res = small_objects(f"http://127.0.0.1:{port}", args.objects)
+        finally:
+            proc.kill()
+            proc.wait()
+    print(f"[haproxy] small objects, two gateways on PostgreSQL: {res}", flush=True)
+    return res
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench metadata", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--objects", type=int, default=2000, help="64 KiB objects per PUT/GET run")
+    ap.add_argument("--list-objects", type=int, default=1_000_000,
+                    help="objects in the listing bucket (inserted through the store API)")
+    ap.add_argument("--max-pages", type=int, default=200, help="pages timed per listing mode")
+    ap.add_argument("--skip", default="", help="comma list of sqlite,postgres,haproxy")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    skip = {s for s in args.skip.split(",") if s}
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.pgserver import PgServer
+    root = Path(tempfile.mkdtemp(prefix="zonegate-metabench-"))
+    results: dict[str, Any] = {"objects": args.objects, "list_objects": args.list_objects}
+    pg = None
+    try:
+        if "sqlite" not in skip:
+            results["sqlite"] = run_backend("sqlite", str(root / "meta.sqlite"), root, args, None)
+        if "postgres" not in skip or "haproxy" not in skip:
+            pg = PgServer()
+            pg.start()
+            pf = str(pg.password_file)
+        if "postgres" not in skip:
+            results["postgres"] = run_backend("postgres", pg.new_database("bench"), root, args,
+                                              pf)
+        if "haproxy" not in skip:
+            results["haproxy"] = run_haproxy(pg.new_database("benchha"), root, args, pf)
+    finally:
+        if pg is not None:
+            pg.destroy()
+        shutil.rmtree(root, ignore_errors=True)
+    if "sqlite" in results and "postgres" in results:
+        for phase in ("put", "get"):
+            results[f"pg_vs_sqlite_{phase}"] = round(
+                results["postgres"]["small"][phase]["ops_per_s"] /
+                results["sqlite"]["small"][phase]["ops_per_s"], 2)
+    print(json.dumps(results, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

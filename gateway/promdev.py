@@ -20,7 +20,7 @@ DEFAULT_SCRAPE: dict[str, Any] = {
     "global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
     "scrape_configs": [
         {"job_name": "gateway", "metrics_path": "/metrics",
-         "static_configs": [{"targets": ["gateway:9000"]}]},
+         "static_configs": [{"targets": ["gateway1:9000", "gateway2:9000"]}]},
         {"job_name": "nodes", "metrics_path": "/metrics",
          "static_configs": [{"targets": ["node01:9100"]}]},
     ],

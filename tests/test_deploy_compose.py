@@ -1,7 +1,8 @@
 """The top-level docker-compose.yml with deploy/ is a working deployment: the compose file is
 valid for `docker-compose config`, every ZoneGate service runs a real `zonegate` subcommand
-with a configuration `zonegate` accepts, Prometheus scrapes exactly those services, and the
-Dockerfile copies what exists.
+with a configuration `zonegate` accepts, the gateways share the compose PostgreSQL through the
+password secret and sit behind HAProxy (whose backend names them), Prometheus scrapes exactly
+the ZoneGate services, and the Dockerfile copies what exists.
 
 No container engine runs here, so the files are proven instead of run. The validator is
 Debian's `docker-compose` (v1, installed by .ci/run); without it, docker-compose v1 from PyPI,
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,43 @@ def mounted(service: dict, container_path: str) -> bool:
     return False
 
 
+def gateways(compose: dict) -> dict[str, dict]:
+    return {n: s for n, s in zonegate_services(compose).items() if s["command"][0] == "serve"}
+
+
+def depends(service: dict) -> dict[str, str]:
+    """depends_on as {service: condition}."""
+    deps = service.get("depends_on", {})
+    if isinstance(deps, list):
+        return {d: "service_started" for d in deps}
+    return {d: (c or {}).get("condition", "service_started") for d, c in deps.items()}
+
+
+def secret_paths(compose: dict, service: dict) -> dict[str, Path]:
+    """Where a service's secrets appear in its container -> the host file behind each."""
+    out = {}
+    for sec in service.get("secrets", []):
+        src = sec if isinstance(sec, str) else sec["source"]
+        target = src if isinstance(sec, str) else sec.get("target", src)
+        path = target if target.startswith("/") else f"/run/secrets/{target}"
+        out[path] = Path(compose["secrets"][src]["file"])
+    return out
+
+
+def haproxy_servers() -> list[tuple[str, str]]:
+    """(name, address) of every `server` line of deploy/haproxy.cfg's gateways backend."""
+    servers, backend = [], None
+    for line in (DEPLOY / "haproxy.cfg").read_text().splitlines():
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if not line[0].isspace():
+            backend = words[1] if words[0] == "backend" and len(words) > 1 else None
+        elif backend == "gateways" and words[0] == "server":
+            servers.append((words[1], words[2]))
+    return servers
+
+
 def test_docker_compose_refuses_a_broken_file(tmp_path):
     # The validator can fail: an unknown service key is refused.
     bad = tmp_path / "docker-compose.yml"
@@ -102,10 +141,18 @@ def test_compose_file_is_valid_and_has_the_whole_topology(compose):
     assert not (DEPLOY / "docker-compose.yml").exists()  # one compose file, at the top
     services = compose["services"]
     zg = zonegate_services(compose)
-    nodes = sorted(n for n in zg if n != "gateway")
-    assert "gateway" in zg
+    gws = gateways(compose)
+    nodes = sorted(n for n in zg if n not in gws)
+    assert sorted(gws) == ["gateway1", "gateway2"]
     assert nodes == [f"node{i:02d}" for i in range(1, 13)]
-    assert {"prometheus", "grafana"} <= set(services)
+    assert {"postgres", "haproxy", "prometheus", "grafana"} <= set(services)
+    # the gateways are one definition: the same command, each its own state volume
+    g1, g2 = gws["gateway1"], gws["gateway2"]
+    assert g1["command"] == g2["command"]
+    assert {k: v for k, v in g1.items() if k != "volumes"} == \
+        {k: v for k, v in g2.items() if k != "volumes"}
+    states = [host_path(g, "/var/lib/zonegate") for g in (g1, g2)]
+    assert len(set(states)) == 2 and {str(p) for p in states} <= set(compose["volumes"])
     # each node has a volume of its own for its drives
     drive_volumes = []
     for n in nodes:
@@ -120,6 +167,8 @@ def test_compose_file_is_valid_and_has_the_whole_topology(compose):
 
 def test_every_service_runs_a_real_zonegate_subcommand_with_an_accepted_config(compose):
     parser = build_parser()
+    pg = compose["services"]["postgres"]
+    pg_env = pg["environment"]
     seen_subcommands = set()
     for name, svc in zonegate_services(compose).items():
         argv = svc["command"] if isinstance(svc["command"], list) else shlex.split(svc["command"])
@@ -140,14 +189,58 @@ def test_every_service_runs_a_real_zonegate_subcommand_with_an_accepted_config(c
         else:
             assert argv[0] == "serve"
             listen_port = str(cfg.gateway["listen"]).rpartition(":")[2]
-            published = [str(p.get("target")) if isinstance(p, dict) else str(p).split(":")[-1]
-                         for p in svc.get("ports", [])]
-            assert listen_port in published
-            for key in ("metadata",):
-                assert mounted(svc, str(cfg.gateway[key])), key
+            # reached through haproxy only
+            assert not svc.get("ports"), f"{name} publishes a host port"
+            assert listen_port in [str(p) for p in svc.get("expose", [])]
+            # the metadata store is the compose PostgreSQL, its password the compose secret
+            url = urllib.parse.urlsplit(str(cfg.gateway["metadata"]))
+            assert url.scheme == "postgresql" and url.password is None
+            assert url.hostname == "postgres" and url.port == 5432
+            assert url.path.lstrip("/") == pg_env["POSTGRES_DB"]
+            assert url.username == pg_env["POSTGRES_USER"]
+            secrets = secret_paths(compose, svc)
+            pw_file = secrets[str(cfg.gateway["metadata_password_file"])]
+            assert pw_file == secret_paths(compose, pg)[pg_env["POSTGRES_PASSWORD_FILE"]]
+            assert pw_file.is_file() and pw_file.read_text().strip()
             assert mounted(svc, cfg.erasure.state_dir)
-            assert {n.id for n in cfg.nodes} <= set(svc.get("depends_on", {}))
+            deps = depends(svc)
+            assert deps.get("postgres") == "service_healthy"
+            for n in cfg.nodes:
+                assert deps.get(n.id) == "service_healthy", n.id
     assert seen_subcommands == {"serve", "node"}
+
+
+def test_postgres_keeps_its_data_and_says_when_it_is_ready(compose):
+    pg = compose["services"]["postgres"]
+    assert pg["image"].split(":")[0] == "postgres"
+    assert "POSTGRES_PASSWORD" not in pg["environment"]  # only from the secret
+    data = host_path(pg, "/var/lib/postgresql/data")
+    assert str(data) in compose["volumes"]
+    test = pg["healthcheck"]["test"]
+    assert test[0] == "CMD" and test[1] == "pg_isready"
+    assert test[test.index("-U") + 1] == pg["environment"]["POSTGRES_USER"]
+
+
+def test_haproxy_fronts_every_gateway_by_its_service_name(compose):
+    hap = compose["services"]["haproxy"]
+    assert hap["image"].split(":")[0] == "haproxy"
+    assert host_path(hap, "/usr/local/etc/haproxy/haproxy.cfg") == DEPLOY / "haproxy.cfg"
+    gws = gateways(compose)
+    assert set(depends(hap)) == set(gws)
+    servers = haproxy_servers()
+    assert sorted(name for name, _ in servers) == sorted(gws)
+    cfg = ClusterConfig.load(DEPLOY / "cluster.toml")
+    port = str(cfg.gateway["listen"]).rpartition(":")[2]
+    assert sorted(addr for _, addr in servers) == sorted(f"{g}:{port}" for g in gws)
+    text = (DEPLOY / "haproxy.cfg").read_text()
+    assert "httpchk GET /health/ready" in text
+    # S3 on the host's 9000 is haproxy's frontend; the stats page is published too
+    binds = [ln.split()[1].rpartition(":")[2] for ln in text.splitlines()
+             if ln.strip().startswith("bind ")]
+    published = {(str(p["published"]), str(p["target"])) if isinstance(p, dict)
+                 else tuple(str(p).split(":")[-2:]) for p in hap["ports"]}
+    assert ("9000", "9000") in published
+    assert {t for _, t in published} == set(binds)
 
 
 def test_prometheus_targets_are_exactly_the_zonegate_services(compose):
@@ -161,8 +254,12 @@ def test_prometheus_targets_are_exactly_the_zonegate_services(compose):
     zg = zonegate_services(compose)
     cfg = ClusterConfig.load(DEPLOY / "cluster.toml")
     expected = {f"{n.host}:{n.port}" for n in cfg.nodes}
-    expected.add(f"gateway:{str(cfg.gateway['listen']).rpartition(':')[2]}")
+    port = str(cfg.gateway["listen"]).rpartition(":")[2]
+    expected |= {f"{g}:{port}" for g in gateways(compose)}
     assert set(targets) == expected
+    gw_job = next(job for job in doc["scrape_configs"] if job["job_name"] == "gateway")
+    assert {t.rpartition(":")[0] for sc in gw_job["static_configs"] for t in sc["targets"]} \
+        == set(gateways(compose))
     assert {t.rpartition(":")[0] for t in targets} == set(zg)
     for job in doc["scrape_configs"]:
         assert job.get("metrics_path", "/metrics") == "/metrics"

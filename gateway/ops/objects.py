@@ -37,6 +37,7 @@ from gateway.ops.common import (
     xml_response,
 )
 from gateway.storage import new_version, part_uid
+from gateway.streams import stream_hint
 
 RESPONSE_OVERRIDES = {
     "response-content-type": "Content-Type",
@@ -135,7 +136,8 @@ async def write_single(req: S3Request, rec: ObjectRecord, body: Any) -> int:
                 "object": object_meta(rec)}
 
     layout, mark = await req.gw.storage.write(req.gw.store, part_uid(rec.version, 1), body,
-                                              length=known_length(body), stream=rec.bucket,
+                                              length=known_length(body),
+                                              stream=stream_hint(rec.bucket, rec.key),
                                               meta=archive_meta)
     rec.parts = [{"number": 1, "size": rec.size, "etag": rec.etag, "layout": layout}]
     return mark

@@ -120,7 +120,8 @@ class NodeClient:
         self.last_checked = 0.0
         self.bytes_read = 0      # record payload bytes received (GET bodies)
         self.full = False        # out of writable space: no new archives (see the docstring)
-        self.full_need = 0       # writable bytes (largest drive) that clear `full` again
+        self.full_need = 0       # writable bytes (largest drive) that clear `full` again ...
+        self.full_floor: int | None = None  # ... if above this figure, seen when it got full
         self.writable_bytes: int | None = None  # largest drive's writable bytes, last known
         self.on_full: Callable[[NodeClient], None] | None = None  # told when `full` changes
         self.observers = _observers.get(session, ()) if session is not None else ()
@@ -138,22 +139,29 @@ class NodeClient:
                 self.on_full(self)
 
     def note_full(self, need: int = 0, writable: int | None = None) -> None:
-        """The node refused a record for lack of space: full until it has `need` bytes (or
-        the poll's headroom, whichever is larger) writable on one drive."""
-        self.full_need = max(self.full_need if self.full else 0, need)
+        """The node refused a record for lack of space: full until one drive has `need` bytes
+        (or the poll's headroom, whichever is larger) writable, and more than when it refused
+        (`writable`, from the 507; else the next poll's figure), whatever the figure claims."""
+        if not self.full:
+            self.full_need, self.full_floor = 0, None
+        self.full_need = max(self.full_need, need)
         if writable is not None:
             self.writable_bytes = writable
+            self.full_floor = writable if self.full_floor is None else min(self.full_floor,
+                                                                           writable)
         self._set_full(True)
 
     def note_room(self, writable: int, headroom: int) -> bool:
-        """The node's largest drive has `writable` bytes: full below `headroom`, and a full
-        node stays full until it has max(headroom, what it last refused x 2). Returns `full`."""
+        """The node's largest drive has `writable` bytes: full below `headroom`; a full node
+        stays full until it passes both its floor and max(headroom, need). Returns `full`."""
         self.writable_bytes = writable
         if self.full:
-            if writable >= max(headroom, self.full_need):
-                self.full_need = 0
+            if self.full_floor is None:
+                self.full_floor = writable  # the first figure after a 507 that had none
+            elif writable > self.full_floor and writable >= max(headroom, self.full_need):
                 self._set_full(False)
         elif writable < headroom:
+            self.full_need, self.full_floor = 0, writable
             self._set_full(True)
         return self.full
 

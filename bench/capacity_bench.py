@@ -8,7 +8,8 @@ talks to it with boto3, as users do. Figures come from the S3 answers and from e
 - fill: U multipart uploads in flight (3 parts of 5 MiB each, every upload under its own key
   prefix, so on every drive as many lifetime classes as uploads), their parts sent round by
   round, batch after batch, until the first refusal. Reported: the user bytes stored at that
-  point / (raw sequential capacity x k/(k+m)). Target >= 0.95.
+  point / (raw sequential capacity x k/(k+m)). Target >= 0.95. `fill-shared`: the same with
+  every key in one directory (`aws s3 cp --recursive`), one lifetime class.
 - checkpoint: C checkpoints (F files of S MiB, boto3 multipart, plus a small `.metadata`
   object each), keeping the newest 4 (DeleteObjects on the older ones), on drives small enough
   that every zone is written >= 3 times over the run. Reported: refusals (target 0), the
@@ -196,10 +197,11 @@ def error_text(e: BaseException) -> str:
 # ---------------------------------------------------------------------------- fill
 
 def run_fill(root: Path, src: Path | None, *, uploads: int, concurrency: int,
-             zones: int, zone_mib: int) -> dict[str, Any]:
+             zones: int, zone_mib: int, shared: bool = False) -> dict[str, Any]:
     zone_size = zone_mib * MiB
     data = Data()
-    with dev_cluster(root, "fill", zones=zones, zone_size=f"{zone_mib}M", src=src) as cl:
+    name = "fill-shared" if shared else "fill"
+    with dev_cluster(root, name, zones=zones, zone_size=f"{zone_mib}M", src=src) as cl:
         s3 = s3_client(cl, concurrency + 4)
         s3.create_bucket(Bucket="fill")
         raw = raw_capacity(cl, zones, zone_size)
@@ -214,7 +216,9 @@ def run_fill(root: Path, src: Path | None, *, uploads: int, concurrency: int,
         while not stop.is_set() and batch < 1000:
             ups = []
             for i in range(uploads):
-                key = f"u{batch:03d}-{i:04d}/data.bin"
+                # own prefix: as many lifetime classes as uploads; shared: one directory
+                key = (f"dir/u{batch:03d}-{i:04d}.bin" if shared
+                       else f"u{batch:03d}-{i:04d}/data.bin")
                 ups.append((key, s3.create_multipart_upload(Bucket="fill", Key=key)["UploadId"],
                             []))
 
@@ -261,6 +265,7 @@ def run_fill(root: Path, src: Path | None, *, uploads: int, concurrency: int,
             retry = error_text(e)
         return {
             "uploads_in_flight": uploads, "client_concurrency": concurrency,
+            "keys": "one directory" if shared else "a directory per upload",
             "drives": f"24 x {zones} zones of {zone_mib} MiB",
             "raw_bytes": raw, "usable_bytes": usable, "stored_user_bytes": stored["bytes"],
             "parts_stored": stored["parts"], "objects_completed": stored["objects"],
@@ -478,7 +483,7 @@ def run_churn(root: Path, src: Path | None, *, zones: int, zone_mib: int, volume
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench capacity", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workloads", default="fill,checkpoint,churn")
+    p.add_argument("--workloads", default="fill,fill-shared,checkpoint,churn")
     p.add_argument("--uploads", type=int, default=200,
                    help="multipart uploads in flight in the fill (the issue's 1000 needs more "
                    "than 2 cores; see bench/README.md)")
@@ -507,11 +512,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for w in a.workloads.split(","):
             say(f"== capacity: {w}")
-            if w == "fill":
-                results["fill"] = r = run_fill(root, src, uploads=a.uploads,
-                                               concurrency=a.concurrency, zones=a.fill_zones,
-                                               zone_mib=a.fill_zone_mib)
-                say(f"fill: {r['fill_fraction']:.3f} of usable capacity stored at the first "
+            if w in ("fill", "fill-shared"):
+                results[w] = r = run_fill(root, src, uploads=a.uploads,
+                                          concurrency=a.concurrency, zones=a.fill_zones,
+                                          zone_mib=a.fill_zone_mib, shared=w == "fill-shared")
+                say(f"{w}: {r['fill_fraction']:.3f} of usable capacity stored at the first "
                     f"refusal (target >= 0.95); {r['parts_stored']} parts, "
                     f"{r['objects_completed']} objects; refusal: {r['first_refusal']}; "
                     f"12 s later: {r['retry_12s_later']}")

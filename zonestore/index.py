@@ -7,7 +7,7 @@ crash only the zones' tails need scanning.
 
 Tombstones live in the same table as records (kind = TOMB): an id has at most one row, the
 winner by (seq, gen) among every copy ever written. `dead` remembers which zones still hold
-superseded complete copies of an id; reclaim keeps a tombstone while such copies may exist
+superseded copies of an id (records and tombstones); reclaim keeps a tombstone while such copies may exist
 outside the tombstone's zone, so a delete can never be undone by a rebuild.
 
 All methods are synchronous and meant for the event loop's thread (statements take µs).
@@ -277,8 +277,8 @@ class Index:
         return row is not None and row[0] == REC
 
     def _mark_dead(self, e: Entry) -> None:
-        if e.kind != REC:
-            return
+        # Superseded tombstones count too: a tombstone's reclaim copy must outlive the
+        # original wherever that one survives (an evacuation that stopped half way).
         self.db.executemany(
             "INSERT OR IGNORE INTO dead VALUES (?, ?, ?, ?)",
             [(z, e.id, e.seq, e.gen) for z in e.zone_bytes(self.zone_size)],
@@ -318,10 +318,12 @@ class Index:
         self._add_live(e.zone_bytes(self.zone_size), -1)
 
     def tombstone_needed(self, e: Entry, zone: int) -> bool:
-        """Whether older complete copies of e.id may exist outside `zone`."""
+        """Whether older copies of e.id (records, or this tombstone's own earlier copies) may
+        exist outside `zone`."""
         row = self.db.execute(
-            "SELECT 1 FROM dead WHERE id = ? AND seq < ? AND zone != ? LIMIT 1",
-            (e.id, e.seq, zone),
+            "SELECT 1 FROM dead WHERE id = ? AND (seq < ? OR (seq = ? AND gen < ?)) "
+            "AND zone != ? LIMIT 1",
+            (e.id, e.seq, e.seq, e.gen, zone),
         ).fetchone()
         return row is not None
 

@@ -1,6 +1,7 @@
 """The drives of one storage node as a single record store: a `DrivePool` of zone logs.
 
-A put goes to the drive chosen by load (puts in flight) and free space, and a stream sticks to
+A put goes to the drive chosen by load (puts in flight) and writable space (zonestore/space.py;
+a drive whose reclaim can make room when none has it writable), and a stream sticks to
 its drive while that drive has room, so that lifetime grouping still works per drive. Which
 drive holds an id is asked of each log's index; a put that replaces an id living on another
 drive deletes the old copy there once the new one is durable.
@@ -44,10 +45,17 @@ class DrivePool:
         if i is not None and self.logs[i].free_bytes() >= need:
             return i
         frees = [log.free_bytes() for log in self.logs]
-        ok = [j for j, f in enumerate(frees) if f >= need] or [
-            j for j, f in enumerate(frees) if f > 0]
+        ok = [j for j, f in enumerate(frees) if f >= need]
         if not ok:
-            raise NoSpace("every drive in the pool is full")
+            # No drive can take it as it is: one whose reclaim can make room (the put waits
+            # for it), else any with some room left.
+            obtainable = [log.obtainable_bytes() for log in self.logs]
+            ok = [j for j, f in enumerate(obtainable) if f >= need] or [
+                j for j, f in enumerate(frees) if f > 0]
+        if not ok:
+            err = NoSpace("every drive in the pool is full")
+            err.writable_bytes = sum(frees)  # type: ignore[attr-defined]
+            raise err
         # Spread concurrent streams: fewest puts in flight first, then the most free space.
         j = min(ok, key=lambda j: (self._inflight[j], -frees[j]))
         self._stream_drive[stream] = j
@@ -142,6 +150,8 @@ class DrivePool:
                 if f.name == "zones_by_condition":
                     for k, n in v.items():
                         total.zones_by_condition[k] = total.zones_by_condition.get(k, 0) + n
+                elif f.name == "reclaiming_zone":
+                    continue  # per drive only
                 elif f.name != "write_amplification" and v is not None:
                     have = getattr(total, f.name)
                     setattr(total, f.name, v if have is None else have + v)

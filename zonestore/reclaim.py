@@ -127,60 +127,147 @@ async def _evacuate(log: ZoneLog, z: int, lim: _Limiter, res: ReclaimResult) -> 
     return True
 
 
+def reclaimable(log: ZoneLog, z: int) -> int:
+    """Bytes a reset of FULL zone `z` gives back: its garbage and its stranded room."""
+    return log.zone_capacity - max(0, log.index.live.get(z, 0))
+
+
+def _candidates(log: ZoneLog, min_gain: int) -> list[int]:
+    return [z for z in log.full_zones
+            if z not in log._reclaiming and not log.pinned.get(z)
+            and reclaimable(log, z) >= max(min_gain, 1)]
+
+
+def cost_benefit(log: ZoneLog, z: int, now: float) -> float:
+    """LFS's cost-benefit score: space freed times age over the cost of reading and
+    rewriting the live bytes, (1 - u) * age / (1 + u), u = live / capacity. Old, mostly dead
+    zones first; a zone of stranded room and little live data is nearly free to take."""
+    u = 1 - reclaimable(log, z) / log.zone_capacity
+    age = now - log.zone_mtime.get(z, log._opened_at) + 1.0
+    return (1 - u) * age / (1 + u)
+
+
+def pick_victims(log: ZoneLog, *, greedy: bool, min_gain: int) -> list[int]:
+    """FULL zones worth evacuating, best first: by cost-benefit, or (when puts are waiting
+    for space) by the most space given back."""
+    cands = _candidates(log, min_gain)
+    if greedy:
+        cands.sort(key=lambda z: (-reclaimable(log, z), z))
+    else:
+        now = time.monotonic()
+        cands.sort(key=lambda z: (-cost_benefit(log, z, now), z))
+    return cands
+
+
+def empty_low(log: ZoneLog) -> bool:
+    """Whether the empty zones left beyond the reserve are at or below the low-water mark."""
+    return len(log._empty) <= log._put_keep() + log.reclaim_low_zones
+
+
+async def make_room(log: ZoneLog) -> str:
+    """For a put that found no zone: reset dead zones, else evacuate the zone that gives
+    the most space back (unthrottled: puts are waiting). "freed" when a zone came free (or
+    another pass freed one meanwhile), "busy" when candidates exist but cannot be taken now
+    (pinned by puts in flight, zones being finished), "none" when nothing can be freed:
+    live data fills the drive."""
+    keep = log._put_keep()
+    async with log._reclaim_lock:
+        if len(log._empty) > keep:
+            return "freed"
+        if await reset_dead_zones(log):
+            return "freed"
+        min_gain = log.zone_capacity // 32
+        res = ReclaimResult()
+        lim = _Limiter(None)
+        for z in pick_victims(log, greedy=True, min_gain=min_gain)[:2]:
+            if await _evacuate_one(log, z, lim, res) and len(log._empty) > keep:
+                return "freed"
+        if len(log._empty) > keep:
+            return "freed"
+        if res.zones_reset or res.zones_evacuated:
+            return "busy"  # freed one, reclaim's own copies took it: go on
+        pending = any(w.closing for w in log._writers.values()) or any(
+            reclaimable(log, z) >= min_gain for z in log.full_zones if log.pinned.get(z))
+        return "busy" if pending else "none"
+
+
+async def _evacuate_one(log: ZoneLog, z: int, lim: _Limiter, res: ReclaimResult) -> bool:
+    if log._closed or z not in log.full_zones or z in log._reclaiming or log.pinned.get(z):
+        return False  # reset meanwhile (and maybe reused) by a put that needed space
+    log._reclaiming.add(z)
+    try:
+        before = res.records_copied + res.tombstones_copied
+        if await _evacuate(log, z, lim, res):
+            if res.records_copied + res.tombstones_copied > before:
+                res.zones_evacuated += 1
+            else:
+                res.zones_reset += 1
+            return True
+        res.failed_zones.append(z)
+    except (CorruptRecord, NoSpace, OSError) as exc:
+        log_.warning("reclaim of zone %d stopped: %s", z, exc)
+        res.failed_zones.append(z)
+    finally:
+        log._reclaiming.discard(z)
+        res.bytes_copied = lim.done
+    return False
+
+
 async def reclaim_pass(log: ZoneLog, *, max_zones: int | None = None,
-                       min_garbage: float | None = None, rate: int | None = None
-                       ) -> ReclaimResult:
-    """One reclaim pass: reset dead zones, then evacuate up to `max_zones` FULL zones whose
-    garbage is at least `min_garbage` of the zone capacity (default: the log's setting),
-    most garbage first, copying at most `rate` bytes/s (None: unlimited)."""
+                       min_garbage: float | None = None, rate: int | None = None,
+                       until_empty: int | None = None) -> ReclaimResult:
+    """One reclaim pass: reset dead zones, then evacuate up to `max_zones` FULL zones that
+    give back at least `min_garbage` of a zone (garbage + stranded room; default: the log's
+    setting), best cost-benefit first, copying at most `rate` bytes/s (None: unlimited);
+    with `until_empty`, stop once that many zones are empty."""
     t0 = time.monotonic()
     res = ReclaimResult()
     min_garbage = log.reclaim_min_garbage if min_garbage is None else min_garbage
     async with log._reclaim_lock:
         res.zones_reset += await reset_dead_zones(log)
-        cap = log.zone_capacity
-        cands = [(cap - log.index.live.get(z, 0), z) for z in log.full_zones
-                 if z not in log._reclaiming and not log.pinned.get(z)]
-        cands = [(g, z) for g, z in cands if g >= min_garbage * cap and g > 0]
-        cands.sort(reverse=True)
+        cands = pick_victims(log, greedy=False,
+                             min_gain=int(min_garbage * log.zone_capacity))
         if max_zones is not None:
             cands = cands[:max_zones]
         lim = _Limiter(rate)
-        for _, z in cands:
-            if log._closed:
+        for z in cands:
+            if log._closed or (until_empty is not None and len(log._empty) >= until_empty):
                 break
-            if z not in log.full_zones or z in log._reclaiming or log.pinned.get(z):
-                continue  # reset meanwhile (and maybe reused) by a put that needed space
-            log._reclaiming.add(z)
-            try:
-                before = res.records_copied + res.tombstones_copied
-                if await _evacuate(log, z, lim, res):
-                    if res.records_copied + res.tombstones_copied > before:
-                        res.zones_evacuated += 1
-                    else:
-                        res.zones_reset += 1
-                else:
-                    res.failed_zones.append(z)
-            except (CorruptRecord, NoSpace, OSError) as exc:
-                log_.warning("reclaim of zone %d stopped: %s", z, exc)
-                res.failed_zones.append(z)
-            finally:
-                log._reclaiming.discard(z)
+            await _evacuate_one(log, z, lim, res)
         res.bytes_copied = lim.done
     res.seconds = time.monotonic() - t0
     return res
 
 
+async def background_pass(log: ZoneLog, *, max_zones: int = 4,
+                          rate: int | None = None) -> list[ReclaimResult]:
+    """What the background reclaim does each time: reset dead zones (cheap, no copying);
+    when the empty zones run down to the low-water mark, evacuate up to `max_zones` zones by
+    cost-benefit at `rate` bytes/s, until the mark is cleared (copying costs write
+    amplification, so it waits until the space is needed)."""
+    async with log._reclaim_lock:
+        res = ReclaimResult(zones_reset=await reset_dead_zones(log))
+    out = [res]
+    if empty_low(log):
+        target = log._put_keep() + log.reclaim_low_zones + 1
+        # Any zone that gives space back qualifies once the drive runs low; the best ones
+        # come first anyway.
+        out.append(await reclaim_pass(log, max_zones=max_zones, min_garbage=1 / 32,
+                                      rate=rate, until_empty=target))
+    return out
+
+
 async def background_loop(log: ZoneLog) -> None:
-    """Reset dead zones all the time; evacuate zones only when free space runs low."""
+    """Run `background_pass` every `reclaim_interval`, or at once when a put saw the empty
+    zones run low."""
     while not log._closed:
-        await asyncio.sleep(log.reclaim_interval)
         try:
-            async with log._reclaim_lock:
-                await reset_dead_zones(log)
-            total = log.zone_capacity * len(log.seq_zones)
-            if total and log.stats().free_bytes / total < log.reclaim_free_threshold:
-                await reclaim_pass(log, max_zones=4, rate=log.reclaim_rate)
+            await asyncio.wait_for(log.reclaim_wanted.wait(), log.reclaim_interval)
+        except TimeoutError:
+            pass
+        log.reclaim_wanted.clear()
+        try:
+            await background_pass(log, rate=log.reclaim_rate)
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - a background task must not die silently

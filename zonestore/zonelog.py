@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zonestore import space
 from zonestore.device import ZoneCondition, ZonedDevice, count_conditions
 from zonestore.errors import CorruptRecord, InvalidRange, NoSpace, RecordNotFound
 from zonestore.histogram import (
@@ -53,8 +55,11 @@ __all__ = ["ZoneLog", "RecordInfo", "LogStats", "RecordNotFound", "CorruptRecord
            "InvalidRange"]
 
 MiB = 1024 * 1024
-TOMBSTONE_STREAM = "\x00tombstones"  # tombstones share their own zone (not a valid stream name)
+TOMBSTONE_STREAM = "\x00tombstones"  # the stream of tombstones (not a valid stream name)
 MIN_SPLIT = 4096  # a chunk is split across zones only if at least this much still fits
+FULL_SLACK = 2 * MIN_SPLIT  # a zone with less room than this left is finished
+GC_CLASS = -1  # reclaim's copies and tombstones share one zone
+STREAM_MEMORY = 4096  # stream hints remembered with their class
 GROUP_SLACK = 64 * 1024  # a read of one chunk may take extents of this much more along
 
 
@@ -88,6 +93,13 @@ class LogStats:
     open_zones: int = 0
     max_open_zones: int = 0
     max_active_zones: int = 0
+    # Space accounting (space.py): live + garbage + stranded + writable + reserve = capacity.
+    writable_bytes: int = 0  # what puts can still write (= free_bytes)
+    stranded_bytes: int = 0  # unwritten room of finished zones, unusable until a reset
+    garbage_bytes: int = 0  # written bytes no live record points at
+    reserve_bytes: int = 0  # held back for reclaim and deletes
+    empty_zones: int = 0
+    reclaiming_zone: int = -1  # the zone reclaim is evacuating, -1 if none
 
 
 def _info(e: Entry) -> RecordInfo:
@@ -117,7 +129,8 @@ class ZoneLog:
                  gc_reserve_zones: int = 1, background_reclaim: bool = True,
                  reclaim_interval: float = 5.0, reclaim_free_threshold: float = 0.2,
                  reclaim_rate: int = 64 * MiB, reclaim_min_garbage: float = 0.25,
-                 index_commit_delay: float = 0.02) -> None:
+                 index_commit_delay: float = 0.02, lifetime_classes: int = 0,
+                 reclaim_low_zones: int = 0, space_wait: float = 10.0) -> None:
         self.device = device
         self.index = index
         self.flush_seconds = FixedHistogram(FLUSH_SECONDS_BUCKETS)
@@ -140,20 +153,34 @@ class ZoneLog:
         open_limit = info.max_open_zones or max_open
         active_limit = info.max_active_zones or 1 << 30
         self.active_limit = active_limit
-        # One zone each is held back for reclaim and for tombstones.
+        # One zone is held back for reclaim (and tombstones), one for a zone in transition.
         self.slots = max(1, min(open_limit, active_limit) - 2)
         zones = device.report_zones()
         seq_zones = [z for z in zones if z.is_sequential]
         self.zone_capacity = seq_zones[0].capacity if seq_zones else 0
         self.seq_zones = [z.index for z in seq_zones]
+        self._conventional = [(z.index, z.capacity) for z in zones if not z.is_sequential]
         self._written: dict[int, int] = {}
         self._empty: set[int] = set()
         self._full: set[int] = set()
         self._spares: set[int] = set()
         self._bad: set[int] = set()
         self._writers: dict[int, ZoneWriter] = {}
-        self._streams: dict[str, ZoneWriter] = {}
-        self._gc_writer: ZoneWriter | None = None
+        # Lifetime classes: stream hints map onto a bounded number of classes, each with an
+        # open zone (or a share of one); tombstones and reclaim's copies have their own.
+        n_seq = len(self.seq_zones)
+        self.nclasses = lifetime_classes or max(1, min(self.slots, n_seq // 6))
+        self._classes: dict[int, ZoneWriter] = {}
+        self._stream_class: OrderedDict[str, int] = OrderedDict()
+        self._class_used = [0] * self.nclasses
+        self._use_tick = 0
+        # Reclaim starts evacuating when no more than this many empty zones are left beyond
+        # what puts leave for reclaim and deletes.
+        self.reclaim_low_zones = reclaim_low_zones or max(2, n_seq // 16)
+        self.space_wait = space_wait  # how long a put waits for reclaim to free a zone
+        self.reclaim_wanted = asyncio.Event()
+        self.zone_mtime: dict[int, float] = {}  # monotonic time of a zone's last write
+        self._opened_at = time.monotonic()
         self._alloc_lock = asyncio.Lock()
         self._reclaim_lock = asyncio.Lock()
         self._reclaiming: set[int] = set()
@@ -304,6 +331,7 @@ class ZoneLog:
 
     def note_write(self, zone: int, new_start: int, nbytes: int, seconds: float = 0.0) -> None:
         self._written[zone] = new_start - zone * self.zone_size
+        self.zone_mtime[zone] = time.monotonic()
         if nbytes:
             c = self.index.counters
             c["device_bytes_written"] += nbytes
@@ -334,11 +362,9 @@ class ZoneLog:
     def writer_gone(self, w: ZoneWriter) -> None:
         if self._writers.get(w.zone) is w:
             del self._writers[w.zone]
-        for s, sw in list(self._streams.items()):
-            if sw is w:
-                del self._streams[s]
-        if self._gc_writer is w:
-            self._gc_writer = None
+        for k, kw in list(self._classes.items()):
+            if kw is w:
+                del self._classes[k]
         if self._closed:
             return
         try:
@@ -371,22 +397,67 @@ class ZoneLog:
 
     # ------------------------------------------------------------------ zone allocation
 
+    def class_of(self, stream: str) -> int:
+        """The lifetime class of a stream hint: a stream keeps its class while it is among
+        the recently used ones; a new stream takes the class used least recently, so up to
+        `nclasses` streams at a time each have a zone of their own and more share."""
+        sc = self._stream_class
+        k = sc.get(stream)
+        now = self._use_tick = self._use_tick + 1
+        if k is None:
+            k = min(range(self.nclasses), key=self._class_used.__getitem__)
+            sc[stream] = k
+            if len(sc) > STREAM_MEMORY:
+                sc.popitem(last=False)
+        else:
+            sc.move_to_end(stream)
+        self._class_used[k] = now
+        return k
+
+    def _put_keep(self) -> int:
+        return self.gc_reserve_zones
+
     def _take_zone(self, kind: str) -> int | None:
-        """A zone for a new writer. Puts leave `gc_reserve_zones` + 1 empty zones, deletes
-        (tombstones) leave `gc_reserve_zones`, reclaim may take the last one: freeing space
-        never needs space that puts could have taken."""
+        """A zone for a new writer. Puts leave `gc_reserve_zones` empty zones; reclaim
+        (whose zone takes the tombstones of deletes too) may take the last one: freeing
+        space never needs space that puts could have taken."""
         if self._spares:
             z = min(self._spares, key=lambda i: self._written[i])
             self._spares.discard(z)
             return z
-        keep = {"put": self.gc_reserve_zones + 1, "tomb": self.gc_reserve_zones, "gc": 0}[kind]
+        keep = self._put_keep() if kind == "put" else 0
         if len(self._empty) <= keep:
+            if kind == "put":
+                self.reclaim_wanted.set()
             return None
         if len(self._writers) + len(self._spares) + 1 > self.active_limit:
             return None
         z = min(self._empty)
         self._empty.discard(z)
+        if len(self._empty) <= self._put_keep() + self.reclaim_low_zones:
+            self.reclaim_wanted.set()
         return z
+
+    async def _make_active_room(self) -> bool:
+        """At the device's active limit: finish the partly written zone with the least room
+        left (a closed spare, else an idle put writer). False if there is none to finish."""
+        if self._spares:
+            z = max(self._spares, key=lambda i: self._written[i])
+            self._spares.discard(z)
+            try:
+                await asyncio.to_thread(self.device.finish_zone, z)
+                self._full.add(z)
+            except OSError:
+                self._bad.add(z)
+            return True
+        idle = [w for w in self._writers.values()
+                if not w.gc and not w.closing and w.users == 0 and w.error is None]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda w: w.remaining)
+        victim.retire()
+        await victim.finished.wait()
+        return True
 
     def _new_writer(self, z: int, gc: bool) -> ZoneWriter:
         start = z * self.zone_size
@@ -397,48 +468,98 @@ class ZoneLog:
         self._writers[z] = w
         return w
 
-    async def writer_for(self, stream: str, *, gc: bool = False) -> ZoneWriter:
-        w = self._gc_writer if gc else self._streams.get(stream)
-        if w is not None and not w.closing and w.error is None and not self._closed:
+    @staticmethod
+    def _usable(w: ZoneWriter | None, need: int) -> bool:
+        return w is not None and not w.closing and w.error is None and w.remaining >= need
+
+    def _share(self, need: int) -> ZoneWriter | None:
+        """The open put writer with the most room (at least `need`), to share."""
+        best = None
+        for w in self._writers.values():
+            if w.gc or not self._usable(w, need):
+                continue
+            if best is None or w.remaining > best.remaining:
+                best = w
+        return best
+
+    async def writer_for(self, stream: str, *, gc: bool = False, need: int = 1) -> ZoneWriter:
+        """A writer with at least `need` bytes of room for this stream's lifetime class:
+        the class's own zone, else a new zone for it while the budget and the empty zones
+        allow, else a share of another open zone. When no zone is left, a put waits (up to
+        `space_wait` seconds) for reclaim to free one; NoSpace only when nothing can."""
+        key = GC_CLASS if gc else self.class_of(stream)
+        w = self._classes.get(key)
+        if self._usable(w, need):
             return w  # the common case, without the allocation lock
-        async with self._alloc_lock:
-            while True:
-                self._check_open()
-                if gc:
-                    w = self._gc_writer
-                else:
-                    w = self._streams.get(stream)
-                if w is not None and not w.closing and w.error is None:
-                    return w
-                tomb = stream == TOMBSTONE_STREAM
-                stream_writers = [w for w in self._writers.values()
-                                  if not w.gc and w is not self._streams.get(TOMBSTONE_STREAM)]
-                if gc or tomb or len(stream_writers) < self.slots:
-                    z = self._take_zone("gc" if gc else
-                                        "tomb" if stream == TOMBSTONE_STREAM else "put")
-                    if z is None:
-                        if not gc and await self._free_dead_zones():
-                            continue
-                        raise NoSpace(f"{self.device.info.path}: no free zone left")
+        deadline = 0.0
+        while True:
+            async with self._alloc_lock:
+                w = await self._writer_locked(key, need)
+            if w is not None:
+                return w
+            # No zone: make room outside the allocation lock (reclaim's own writer needs it).
+            if gc:  # reclaim never waits for itself
+                raise NoSpace(f"{self.device.info.path}: no free zone left for reclaim")
+            if not deadline:
+                deadline = time.monotonic() + self.space_wait
+            if not await self._make_room(deadline):
+                err = NoSpace(f"{self.device.info.path}: no free zone left (live data fills "
+                              "the drive)")
+                err.writable_bytes = self.free_bytes()  # type: ignore[attr-defined]
+                raise err
+
+    async def _writer_locked(self, key: int, need: int) -> ZoneWriter | None:
+        while True:
+            self._check_open()
+            gc = key == GC_CLASS
+            kind = "gc" if gc else "put"
+            own = self._classes.get(key)
+            if self._usable(own, need):
+                return own
+            if own is not None and not own.closing and own.error is None:
+                if own.remaining < FULL_SLACK:
+                    own.retire()  # (nearly) full: finish it, the class takes a new zone
+                elif kind == "put":
+                    # A record's COMMIT that does not fit the rest of the class's zone goes
+                    # to another open zone; the class keeps its zone for what follows.
+                    other = self._share(need)
+                    if other is not None:
+                        return other
+            if kind != "put" or self._put_writers() < self.slots:
+                z = self._take_zone(kind)
+                if z is None and len(self._writers) + len(self._spares) >= self.active_limit \
+                        and len(self._empty) > (self._put_keep() if kind == "put" else 0):
+                    if await self._make_active_room():
+                        continue
+                if z is not None:
                     w = self._new_writer(z, gc)
-                    if gc:
-                        self._gc_writer = w
-                    else:
-                        self._streams[stream] = w
+                    self._classes[key] = w
                     return w
-                live = [w for w in stream_writers if not w.closing]
-                idle = [w for w in live if w.users == 0]
-                if idle:
-                    victim = max(idle, key=lambda w: w.fill)
-                    victim.retire()
-                    await victim.finished.wait()
-                    continue
-                if live:
-                    w = min(live, key=lambda w: w.users)
-                    self._streams[stream] = w
-                    return w
-                await asyncio.wait([asyncio.ensure_future(w.finished.wait())
-                                    for w in stream_writers], return_when=asyncio.FIRST_COMPLETED)
+            if kind == "put":
+                other = self._share(need)
+                if other is not None:
+                    self._classes[key] = other
+                    return other
+            if not gc and await self._free_dead_zones():
+                continue
+            return None
+
+    def _put_writers(self) -> int:
+        return sum(1 for w in self._writers.values() if not w.gc)
+
+    async def _make_room(self, deadline: float) -> bool:
+        """Wait for reclaim to free a zone (running it here if it is not running); False
+        once nothing can be freed or the deadline passed."""
+        from zonestore.reclaim import make_room
+
+        while True:
+            self._check_open()
+            got = await make_room(self)
+            if got == "freed":
+                return True
+            if got == "none" or time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
 
     async def _free_dead_zones(self) -> bool:
         from zonestore.reclaim import reset_dead_zones
@@ -447,23 +568,18 @@ class ZoneLog:
 
     async def _cursor_writer(self, cur: _PutCursor, stream: str, need: int, *,
                              gc: bool = False) -> ZoneWriter:
-        """A writer for this put with at least `need` bytes of room (retiring a full one)."""
+        """A writer for this put with at least `need` bytes of room."""
         while True:
             w = cur.w
             if w is not None and not w.closing and w.error is None and w.remaining >= need:
                 return w
             if w is not None:
                 cur.release()
-                if not w.closing and w.error is None:
+                if not w.closing and w.error is None and w.remaining < FULL_SLACK:
                     w.retire()  # too little room left to be useful: finish the zone
-            w = await self.writer_for(stream, gc=gc)
-            if w.remaining < need and w.users == 0:
-                w.retire()
-                continue
+            w = await self.writer_for(stream, gc=gc, need=need)
             if w.remaining < need:
-                # A shared writer that another put is still filling: wait for it to be retired.
                 await asyncio.sleep(0)
-                w.retire()
                 continue
             w.users += 1
             cur.w = w
@@ -740,11 +856,9 @@ class ZoneLog:
         rec = encode_record(RecordType.TOMBSTONE, rid, seq=seq, gen=gen)
         cur = _PutCursor()
         try:
-            try:
-                w = await self._cursor_writer(cur, TOMBSTONE_STREAM, len(rec), gc=gc)
-            except NoSpace:
-                # Tombstones are tiny: ride in the reclaim zone rather than refuse a delete.
-                w = await self._cursor_writer(cur, TOMBSTONE_STREAM, len(rec), gc=True)
+            # Tombstones share reclaim's zone: they live as long as the dead copies they
+            # cover, and a delete must work on a full drive (it is how space comes back).
+            w = await self._cursor_writer(cur, TOMBSTONE_STREAM, len(rec), gc=True)
             off = w.append(rec)
         finally:
             cur.release()
@@ -871,11 +985,28 @@ class ZoneLog:
     # ------------------------------------------------------------------ stats / reclaim
 
     def free_bytes(self) -> int:
-        """Bytes that puts can still use (empty zones beyond the reserve, open zones' room)."""
-        free = self.zone_capacity * max(0, len(self._empty) - self.gc_reserve_zones - 1)
-        free += sum(w.remaining for w in self._writers.values() if not w.gc)
-        free += sum(self.zone_capacity - self._written[z] for z in self._spares)
-        return free
+        """Bytes puts can still write without reclaim: the writable figure (space.py)."""
+        return space.writable_bytes(self)
+
+    def obtainable_bytes(self) -> int:
+        """What puts could write after reclaim: writable + garbage + stranded bytes."""
+        sp = space.space(self)
+        return sp["writable"] + sp["garbage"] + sp["stranded"]
+
+    async def room_for(self, nbytes: int) -> int:
+        """Make `nbytes` writable if reclaim can (waiting up to `space_wait`); returns the
+        writable bytes then. Gives up at once when even reclaim could not make it fit."""
+        free = self.free_bytes()
+        if free >= nbytes or nbytes > self.obtainable_bytes():
+            return free
+        deadline = time.monotonic() + self.space_wait
+        while self.free_bytes() < nbytes and await self._make_room(deadline):
+            pass
+        return self.free_bytes()
+
+    def zone_map(self) -> list[dict[str, Any]]:
+        """Every zone's state and bytes as the log sees it, no device I/O (space.zone_map)."""
+        return space.zone_map(self)
 
     def has(self, record_id: str) -> bool:
         """Whether a live record with this id is here (no I/O)."""
@@ -884,7 +1015,7 @@ class ZoneLog:
     def stats(self) -> LogStats:
         zones = self.device.report_zones()
         c = self.index.counters
-        free = self.free_bytes()
+        sp = space.space(self)
         used = sum(self._written[z] for z in self.seq_zones)
         live = sum(v for z, v in self.index.live.items() if v > 0)
         user = c["user_bytes_written"]
@@ -893,8 +1024,14 @@ class ZoneLog:
             device_bytes_written=c["device_bytes_written"],
             gc_bytes_copied=c["gc_bytes_copied"],
             zones_by_condition={k: v for k, v in count_conditions(zones).items() if v},
-            free_bytes=free,
+            free_bytes=sp["writable"],
             used_bytes=used,
+            writable_bytes=sp["writable"],
+            stranded_bytes=sp["stranded"],
+            garbage_bytes=sp["garbage"],
+            reserve_bytes=sp["reserve"],
+            empty_zones=len(self._empty),
+            reclaiming_zone=min(self._reclaiming) if self._reclaiming else -1,
             live_bytes=live,
             write_amplification=(c["device_bytes_written"] / user) if user else 0.0,
             flushes=c["flushes"],

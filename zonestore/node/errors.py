@@ -20,23 +20,26 @@ class NodeError(Exception):
     """A request the node refuses, with its HTTP status and a short machine-readable code."""
 
     def __init__(self, status: int, code: str, message: str,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None,
+                 extra: dict[str, object] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.headers = headers or {}
+        self.extra = extra  # more fields of the JSON answer (507: writable_bytes)
 
 
-def error_body(code: str, message: str) -> str:
-    return json.dumps({"error": code, "message": message})
+def error_body(code: str, message: str, extra: dict[str, object] | None = None) -> str:
+    return json.dumps({"error": code, "message": message, **(extra or {})})
 
 
 def json_error(status: int, code: str, message: str,
-               headers: dict[str, str] | None = None) -> web.Response:
+               headers: dict[str, str] | None = None,
+               extra: dict[str, object] | None = None) -> web.Response:
     return web.Response(
         status=status,
-        text=error_body(code, message),
+        text=error_body(code, message, extra),
         content_type="application/json",
         headers=headers,
     )
@@ -51,7 +54,8 @@ def error_for(exc: BaseException) -> NodeError | None:
     if isinstance(exc, CorruptRecord):
         return NodeError(409, "corrupt", f"record is corrupt on disk: {exc}")
     if isinstance(exc, NoSpace):
-        return NodeError(507, "no_space", str(exc) or "no space left on this node's drives")
+        return NodeError(507, "no_space", str(exc) or "no space left on this node's drives",
+                         extra={"writable_bytes": getattr(exc, "writable_bytes", 0)})
     if isinstance(exc, InvalidRange):
         return NodeError(416, "invalid_range", str(exc) or "range outside the record")
     if isinstance(exc, web.HTTPException):
@@ -81,7 +85,7 @@ def refusal(exc: BaseException, method: str, path: str) -> NodeError:
 
 
 def _respond(request: web.Request, err: NodeError) -> web.Response:
-    resp = json_error(err.status, err.code, err.message, err.headers)
+    resp = json_error(err.status, err.code, err.message, err.headers, err.extra)
     if request.body_exists and not request.content.at_eof():
         resp.force_close()
     return resp

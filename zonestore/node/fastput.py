@@ -636,7 +636,8 @@ class LeanProtocol(asyncio.Protocol):
                         status, text, headers = 201, json.dumps(answer), {}
                     except Exception as exc:  # noqa: BLE001 - every failure becomes a response
                         err = refusal(exc, "PUT", req.raw_path)
-                        status, text, headers = err.status, error_body(err.code, err.message), \
+                        status, text, headers = err.status, error_body(err.code, err.message,
+                                                                      err.extra), \
                             err.headers
                 finally:
                     state.inflight -= 1

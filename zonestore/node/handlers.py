@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from zonestore.errors import CorruptRecord, RecordNotFound
+from zonestore.errors import CorruptRecord, NoSpace, RecordNotFound
 from zonestore.ids import validate_record_id
 from zonestore.node.auth import BODY_HASH
 from zonestore.node.body import BodyReader, PutBody
@@ -175,6 +175,8 @@ async def store_put(state: NodeState, rid: str, length: int, stream: str, conten
     except Exception as exc:
         if body.error is not None:  # the body's own fault, whatever the store wrapped it in
             raise body.error from exc
+        if isinstance(exc, NoSpace):
+            raise _no_space(state, str(exc)) from exc
         if type(exc) is ValueError:  # the store's "body shorter/longer than length"
             raise NodeError(400, "bad_body", str(exc)) from exc
         raise
@@ -183,23 +185,29 @@ async def store_put(state: NodeState, rid: str, length: int, stream: str, conten
     return {"id": info.id, "length": info.length, "crc32c": info.crc32c, "seq": info.seq}
 
 
-def _largest_free(logs: list[Any]) -> int | None:
-    frees = [lg.free_bytes() for lg in logs if hasattr(lg, "free_bytes")]
-    return max(frees) if frees else None
+def writable_bytes(state: NodeState) -> int:
+    """What this node's drives can still take without reclaim (the sum over drives)."""
+    return sum(lg.free_bytes() for lg in state.logs if hasattr(lg, "free_bytes"))
+
+
+def _no_space(state: NodeState, message: str) -> NodeError:
+    return NodeError(507, "no_space", message,
+                     extra={"writable_bytes": writable_bytes(state)})
 
 
 async def _check_room(state: NodeState, length: int) -> None:
-    """Refuse before reading the body a record larger than any drive's free space (a record
-    lives on one drive), after resetting zones that hold only dead records."""
-    room = _largest_free(state.logs)
-    if room is None or length <= room:
+    """Refuse before reading the body a record no drive can take (a record lives on one
+    drive), after letting each drive's reclaim make room for it where reclaim can."""
+    frees = [lg.free_bytes() for lg in state.logs if hasattr(lg, "free_bytes")]
+    if not frees or length <= max(frees):
         return
+    room = 0
     for lg in state.logs:
-        await lg.reclaim(max_zones=0)
-    room = _largest_free(state.logs) or 0
-    if length > room:
-        raise NodeError(507, "no_space", f"record of {length} bytes does not fit: the largest "
-                        f"free space on this node's drives is {room} bytes")
+        room = max(room, await lg.room_for(length))
+        if room >= length:
+            return
+    raise _no_space(state, f"record of {length} bytes does not fit: the largest writable "
+                    f"space on this node's drives is {room} bytes")
 
 
 async def _aclose(it: Any) -> None:
@@ -330,7 +338,8 @@ def _as_dict(stats: Any) -> dict[str, Any]:
 
 _SUMMED = ("user_bytes_written", "device_bytes_written", "gc_bytes_copied", "free_bytes",
            "used_bytes", "live_bytes", "flushes", "flush_bytes", "records", "crc_failures",
-           "read_errors", "open_zones")
+           "read_errors", "open_zones", "writable_bytes", "stranded_bytes", "garbage_bytes",
+           "reserve_bytes", "empty_zones")
 
 
 async def node_stats(request: web.Request) -> web.Response:
@@ -341,6 +350,7 @@ async def node_stats(request: web.Request) -> web.Response:
         d = _as_dict(log_.stats())
         d.update(drive=i, path=str(path))
         drives.append(d)
+    # reclaiming_zone is per drive only.
     totals: dict[str, Any] = {k: sum(d.get(k, 0) or 0 for d in drives) for k in _SUMMED}
     totals["write_amplification"] = (
         totals["device_bytes_written"] / totals["user_bytes_written"]
@@ -355,6 +365,21 @@ async def node_stats(request: web.Request) -> web.Response:
                               "inflight": state.inflight, "drives": drives, "totals": totals})
 
 
+async def node_zones(request: web.Request) -> web.Response:
+    """Per drive, every zone's condition and bytes (written, live, garbage), from the logs'
+    own bookkeeping (no device I/O): what a console draws as a zone map."""
+    _no_body(request)
+    state = _state(request)
+    drives = []
+    for i, (path, log_) in enumerate(zip(state.drive_paths, state.logs, strict=False)):
+        info = log_.device.info
+        drives.append({"drive": i, "path": str(path), "zone_size": log_.zone_size,
+                       "zone_capacity": log_.zone_capacity,
+                       "max_open": info.max_open_zones, "max_active": info.max_active_zones,
+                       "zones": log_.zone_map()})
+    return web.json_response({"node_id": state.node_id, "drives": drives})
+
+
 async def health_live(request: web.Request) -> web.Response:
     return web.json_response({"status": "live", "node_id": _state(request).node_id})
 
@@ -363,8 +388,11 @@ async def health_ready(request: web.Request) -> web.Response:
     state = _state(request)
     if not state.ready:
         return web.json_response({"status": "starting", "node_id": state.node_id}, status=503)
+    # Stays 200 when the drives are full: the node still serves reads and deletes; the
+    # writable figure says whether it can take writes.
     return web.json_response({"status": "ready", "node_id": state.node_id,
-                              "drives": len(state.logs)})
+                              "drives": len(state.logs),
+                              "writable_bytes": writable_bytes(state)})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -381,6 +409,7 @@ def add_routes(app: web.Application) -> None:
     r.add_delete("/v1/records/{id}", delete_record, name="record_delete")
     r.add_get("/v1/records", list_records, name="list", allow_head=False)
     r.add_get("/v1/stats", node_stats, name="stats", allow_head=False)
+    r.add_get("/v1/zones", node_zones, name="zones", allow_head=False)
     r.add_get("/health/live", health_live, name="live")
     r.add_get("/health/ready", health_ready, name="ready")
     r.add_get("/metrics", metrics, name="metrics", allow_head=False)

@@ -32,6 +32,15 @@ _DRIVE_FIELDS: tuple[tuple[str, str, str, bool], ...] = (
     ("free_bytes", "drive_capacity_free_bytes", "Bytes still writable (empty zones and tails).",
      False),
     ("live_bytes", "drive_live_bytes", "Payload bytes of live records.", False),
+    ("writable_bytes", "writable_bytes",
+     "Bytes puts can still write without reclaim (empty zones beyond the reserve, room of "
+     "open zones).", False),
+    ("stranded_bytes", "stranded_bytes",
+     "Unwritten room of finished zones (unusable until reclaim resets them).", False),
+    ("garbage_bytes", "garbage_bytes", "Written bytes no live record points at.", False),
+    ("live_bytes", "live_bytes", "Device bytes of live records (headers included).", False),
+    ("reserve_bytes", "reserve_bytes", "Bytes held back for reclaim and deletes.", False),
+    ("empty_zones", "empty_zones", "Empty zones.", False),
     ("records", "drive_records", "Live records.", False),
     ("user_bytes_written", "drive_user_written_bytes", "Payload bytes written by clients.", True),
     ("device_bytes_written", "drive_device_written_bytes",
@@ -59,9 +68,9 @@ class DriveStatsCollector:
     def collect(self) -> Iterable[Metric]:
         logs = self._drives()
         families: dict[str, Metric] = {}
-        for attr, name, doc, counter in _DRIVE_FIELDS:
+        for _attr, name, doc, counter in _DRIVE_FIELDS:
             cls = CounterMetricFamily if counter else GaugeMetricFamily
-            families[attr] = cls(f"{PREFIX}_{name}", doc, labels=["drive"])
+            families[name] = cls(f"{PREFIX}_{name}", doc, labels=["drive"])
         zones = GaugeMetricFamily(f"{PREFIX}_drive_zones", "Zones by condition.",
                                   labels=["drive", "condition"])
         histograms = {
@@ -80,10 +89,10 @@ class DriveStatsCollector:
                         [str(i)],
                         [("+Inf" if b == float("inf") else repr(b), n) for b, n in snap.buckets],
                         sum_value=snap.sum)
-            for attr, _name, _doc, _counter in _DRIVE_FIELDS:
+            for attr, name, _doc, _counter in _DRIVE_FIELDS:
                 value = getattr(stats, attr, None)
                 if value is not None:
-                    families[attr].add_metric([str(i)], float(value))
+                    families[name].add_metric([str(i)], float(value))
             for cond, n in sorted((getattr(stats, "zones_by_condition", None) or {}).items()):
                 zones.add_metric([str(i), str(cond).lower()], float(n))
         yield from families.values()

@@ -53,12 +53,6 @@ READ_BUFSIZE = 1 << 20  # socket read buffer per request: bounds a PUT's memory,
 RECLAIM_ZONES_PER_PASS = 4
 
 
-def _free_fraction(zlog: Any) -> float:
-    stats = zlog.stats()
-    total = stats.free_bytes + stats.used_bytes
-    return stats.free_bytes / total if total else 1.0
-
-
 class _QuietBadRequests(logging.Filter):
     """aiohttp logs every malformed request (oversized header, bad framing) as an ERROR with a
     traceback; it already answers 400, so one warning line is enough."""
@@ -369,22 +363,25 @@ class NodeServer:
         log.info("node %s ready", self.node_id)
 
     async def _reclaim_loop(self, index: int, zlog: Any) -> None:
-        """Per drive, every interval (jittered so drives do not copy in step): reset zones
-        holding only dead records (cheap, no copying); and only when free space runs low,
-        evacuate a few zones with the most garbage at the log's reclaim rate (copying costs
-        write amplification, so it waits until the space is needed)."""
+        """Per drive, every interval (jittered so drives do not copy in step) or at once when
+        a put saw the empty zones run low: reset zones holding only dead records (cheap, no
+        copying) and, when the empty zones are down to the low-water mark, evacuate a few
+        zones by cost-benefit at the log's reclaim rate (reclaim.background_pass)."""
+        from zonestore.reclaim import background_pass
+
         interval = self.options.reclaim_interval
         metrics = self.state.metrics if self.state else None
         label = str(index)
+        wanted = getattr(zlog, "reclaim_wanted", None) or asyncio.Event()
         while True:
-            await asyncio.sleep(interval * random.uniform(0.8, 1.2))
             try:
-                res = await zlog.reclaim(max_zones=0)  # dead zones only
-                results = [res]
-                if _free_fraction(zlog) < getattr(zlog, "reclaim_free_threshold", 0.2):
-                    results.append(await zlog.reclaim(
-                        max_zones=RECLAIM_ZONES_PER_PASS,
-                        rate=getattr(zlog, "reclaim_rate", None)))
+                await asyncio.wait_for(wanted.wait(), interval * random.uniform(0.8, 1.2))
+            except TimeoutError:
+                pass
+            wanted.clear()
+            try:
+                results = await background_pass(zlog, max_zones=RECLAIM_ZONES_PER_PASS,
+                                                rate=getattr(zlog, "reclaim_rate", None))
                 outcome = "ok"
             except asyncio.CancelledError:
                 raise

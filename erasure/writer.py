@@ -8,10 +8,11 @@ mid-write is dropped; as long as the write quorum holds the write succeeds, and 
 indexes go into the layout and the repair queue. Below quorum, every archive of the part is
 cancelled or deleted and QuorumError is raised.
 
-A node that answers 507 (out of space) is not a lost fragment: its archive is handed off to the
-next writable node in the part's rendezvous order, replaying what was already sent. The node
-answers 507 before it reads the body (aiohttp sends the headers with the first batch), so
-each upload keeps its first REPLAY_LIMIT bytes for that; a 507 after them costs the fragment.
+A node that answers 507 (out of space), or whose connection fails, is not a lost fragment: its
+archive is handed off to the next writable node in the part's rendezvous order, replaying what
+was already sent. The node answers 507 before it reads the body (aiohttp sends the headers
+with the first batch), so each upload keeps its first REPLAY_LIMIT bytes for that; a failure
+after them costs the fragment (repair rebuilds it).
 """
 
 from __future__ import annotations
@@ -94,14 +95,17 @@ class ArchiveUpload:
                 return await self.client.put(record_id, self._body(), length=length,
                                              stream=stream, meta=lambda: self.meta or b"")
             except NodeError as e:
-                if (e.status != 507 or self.replay is None or self.handoff is None
+                # 507, or the connection cut (a node that refuses a body before reading it
+                # closes the connection, and the reset may beat its answer to us)
+                movable = e.status == 507 or isinstance(e, NodeUnavailable)
+                if (not movable or self.replay is None or self.handoff is None
                         or len(self.moved_from) >= MAX_HANDOFFS):
                     raise
                 nxt = self.handoff(self)
                 if nxt is None:
                     raise
-                log.info("%s: %s is full, fragment goes to %s instead", record_id,
-                         self.client.id, nxt.id)
+                log.info("%s: %s %s, fragment goes to %s instead", record_id, self.client.id,
+                         "is full" if e.status == 507 else "failed", nxt.id)
                 self.moved_from.append(self.client.id)
                 self.client = nxt
 

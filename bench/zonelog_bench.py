@@ -10,6 +10,12 @@
   checkpoint  20 checkpoints of 256 MiB (8 records each, one stream per checkpoint), delete
               the oldest 15, reclaim: device write amplification (device bytes, headers,
               padding and GC copies included / user bytes). Target: <= 1.02.
+  fill        1000 streams (multipart-part-like 5 MiB records, 16 writers) into a drive of
+              small zones (ZNS-like limits: 12 open / 14 active) until the first NoSpace:
+              fraction of the capacity holding live records then. Target: >= 0.9.
+  churn       random overwrites and deletes of 1-16 MiB records holding the drive at 80 % live,
+              and again at 40 %: write amplification and put throughput of each, and their
+              ratio (reclaim runs in the background, rate-limited, and for puts that wait).
 
 Runs of seq are interleaved with the baseline and the median of --runs is reported;
 MB/s = 10^6 bytes/s. `--scale` shrinks every size for a quick run (zone sizes too).
@@ -30,6 +36,7 @@ import time
 from pathlib import Path
 
 from zonestore.emulated import EmulatedZonedDevice, Geometry, create_emulated_drive
+from zonestore.errors import NoSpace
 from zonestore.zonelog import ZoneLog
 
 MiB = 1 << 20
@@ -168,6 +175,114 @@ async def zonelog_checkpoints(root: Path, ckpt: int, zone_size: int, n: int = 20
             "reclaim_s": reclaim_s}
 
 
+def _space_drive(root: Path, name: str, zone_size: int, zones: int) -> Path:
+    path = root / name
+    shutil.rmtree(path, ignore_errors=True)
+    create_emulated_drive(path, Geometry(nr_zones=zones, zone_size=zone_size,
+                                         zone_capacity=zone_size, max_open_zones=12,
+                                         max_active_zones=14))
+    return path
+
+
+async def zonelog_fill(root: Path, zone_size: int, zones: int, rec: int, streams: int = 1000,
+                       writers: int = 16) -> dict:
+    path = _space_drive(root, "fill", zone_size, zones)
+    log = await ZoneLog.open_path(path, background_reclaim=True, reclaim_interval=1.0,
+                                  space_wait=5.0)
+    buf = os.urandom(rec)
+    n = 0
+    stored = 0
+    try:
+        t0 = time.perf_counter()
+
+        async def writer() -> None:
+            nonlocal n, stored
+            while True:
+                n += 1
+                try:
+                    await log.put(f"part{n}", buf, stream=f"upload{n % streams}")
+                except NoSpace:
+                    return
+                stored += rec
+        await asyncio.gather(*(writer() for _ in range(writers)))
+        dt = time.perf_counter() - t0
+        st = log.stats()
+        cap = log.zone_capacity * len(log.seq_zones)
+    finally:
+        await log.close()
+        shutil.rmtree(path, ignore_errors=True)
+    return {"live_fraction": stored / cap, "capacity": cap, "wa": st.write_amplification,
+            "stranded_bytes": st.stranded_bytes, "gc_bytes_copied": st.gc_bytes_copied,
+            "mbps": stored / dt / 1e6}
+
+
+async def zonelog_churn(root: Path, zone_size: int, zones: int, target: float,
+                        sizes: list[int], writers: int = 8, rounds: float = 2.0) -> dict:
+    """Fill to `target` of the capacity, then overwrite/delete at random (keeping live bytes
+    at the target) until `rounds` x capacity more were put: WA and MB/s of that phase."""
+    import random
+
+    path = _space_drive(root, f"churn{int(target * 100)}", zone_size, zones)
+    log = await ZoneLog.open_path(path, background_reclaim=True, reclaim_interval=0.5)
+    rnd = random.Random(1)
+    bufs = {sz: os.urandom(sz) for sz in sizes}
+    cap = log.zone_capacity * len(log.seq_zones)
+    limit = int(target * cap)
+    live: dict[str, int] = {}
+    held = 0
+    n = 0
+    put = 0
+    busy: set[str] = set()
+
+    async def writer(until: int, churn: bool) -> None:
+        nonlocal held, n, put
+        while put < until:
+            size = rnd.choice(sizes)
+            ids = [r for r in live if r not in busy]
+            if held + size > limit:
+                if not ids:
+                    await asyncio.sleep(0.001)
+                    continue
+                rid = rnd.choice(ids)
+                busy.add(rid)
+                await log.delete(rid)
+                held -= live.pop(rid)
+                busy.discard(rid)
+                continue
+            if churn and ids and rnd.random() < 0.5:
+                rid = rnd.choice(ids)  # overwrite
+            else:
+                n += 1
+                rid = f"obj{n}"
+            busy.add(rid)
+            held += size
+            await log.put(rid, bufs[size], stream=f"s{rnd.randrange(64)}")
+            held -= live.get(rid, 0)
+            live[rid] = size
+            busy.discard(rid)
+            put += size
+
+    try:
+        await asyncio.gather(*(writer(limit, False) for _ in range(writers)))
+        st0 = log.stats()
+        t0 = time.perf_counter()
+        start = put
+        await asyncio.gather(*(writer(start + int(rounds * cap), True) for _ in range(writers)))
+        dt = time.perf_counter() - t0
+        st = log.stats()
+        for rid in list(live)[:50]:  # spot check
+            got = b"".join([x async for x in await log.get(rid)])
+            assert len(got) == live[rid]
+    finally:
+        await log.close()
+        shutil.rmtree(path, ignore_errors=True)
+    user = st.user_bytes_written - st0.user_bytes_written
+    dev = st.device_bytes_written - st0.device_bytes_written
+    return {"target": target, "wa": dev / user if user else 0.0, "mbps": user / dt / 1e6,
+            "gc_bytes_copied": st.gc_bytes_copied - st0.gc_bytes_copied,
+            "live_fraction": st.live_bytes / cap}
+
+
 async def run(args: argparse.Namespace) -> dict:
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="zonelog-bench-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -191,6 +306,13 @@ async def run(args: argparse.Namespace) -> dict:
         out["small_streams"] = await zonelog_small(root, count, 64, zone, streams=8)
         out["small"]["baseline_fdatasyncs_per_s"] = baseline_syncs(root, max(200, int(2000 * s)))
         out["checkpoint"] = await zonelog_checkpoints(root, _blocks(int(256 * MiB * s), MiB), zone)
+        small_zone = _blocks(int(32 * MiB * min(1.0, s * 4)), MiB)
+        out["fill"] = await zonelog_fill(root, small_zone, 40, _blocks(int(5 * MiB * min(
+            1.0, s * 4)), 64 * KiB))
+        sizes = [_blocks(int(x * MiB * min(1.0, s * 4)), 64 * KiB) for x in (1, 4, 16)]
+        out["churn80"] = await zonelog_churn(root, small_zone, 40, 0.8, sizes)
+        out["churn40"] = await zonelog_churn(root, small_zone, 40, 0.4, sizes)
+        out["churn_ratio"] = out["churn80"]["mbps"] / out["churn40"]["mbps"]
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
@@ -212,6 +334,18 @@ def report(r: dict) -> None:
          f"GC copied {ck['gc_bytes_copied'] / MiB:.2f} MiB",
          f"{ck['zones_reset']} zones reset, {ck['zones_evacuated']} evacuated", "<= 1.02"),
     ]
+    if "fill" in r:
+        f, c8, c4 = r["fill"], r["churn80"], r["churn40"]
+        rows += [
+            ("fill, 1000 streams, to first NoSpace", f"{f['live_fraction']:.3f} live",
+             f"WA {f['wa']:.3f}, stranded {f['stranded_bytes'] / MiB:.1f} MiB",
+             f"{f['mbps']:,.0f} MB/s", ">= 0.9"),
+            ("churn at 80 % live", f"WA {c8['wa']:.3f}", f"{c8['mbps']:,.0f} MB/s",
+             f"GC copied {c8['gc_bytes_copied'] / MiB:,.0f} MiB", "WA <= 1.5"),
+            ("churn at 40 % live", f"WA {c4['wa']:.3f}", f"{c4['mbps']:,.0f} MB/s",
+             f"GC copied {c4['gc_bytes_copied'] / MiB:,.0f} MiB",
+             f"80/40 MB/s {r['churn_ratio']:.2f}"),
+        ]
     try:
         from rich.console import Console
         from rich.table import Table

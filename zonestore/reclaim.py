@@ -1,13 +1,16 @@
 """Zone reclaim (garbage collection) for the zone log.
 
 A zone whose records are all dead is reset without copying — with lifetime grouping that is the
-common case (a deleted checkpoint frees whole zones). Otherwise a pass picks FULL zones with the
-most garbage (capacity minus live bytes), copies each live record out to the GC zone as a new
-copy generation (same seq, gen + 1, CRC-verified while read), and resets the zone once the
-copies are durable and indexed. Killed at any point it loses nothing: the old copy stays valid
-until the index points at the new one, and the zone is reset only after that. Tombstones are
-copied while older copies of their id may survive in other zones, and dropped otherwise.
-Copying is rate-limited (bytes/s) so that reclaim does not starve puts.
+common case (a deleted checkpoint frees whole zones). Otherwise zones are evacuated when the
+empty zones run down to a low-water mark (background_pass), or when a put finds no zone
+(make_room): victims are FULL zones chosen by cost-benefit (garbage + stranded room against
+the live bytes to copy, and age) or, for a waiting put, by the most space given back. Each
+live record is copied to reclaim's zone as a new copy generation (same seq, gen + 1,
+CRC-verified while read), a batch at a time so copies share flushes, and the zone is reset once
+the copies are durable and indexed. Killed at any point it loses nothing: the old copy stays
+valid until the index points at the new one, and the zone is reset only after that.
+Tombstones are copied while older copies of their id may survive in other zones, and dropped
+otherwise. Background copying is rate-limited (bytes/s) so that reclaim does not starve puts.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from typing import TYPE_CHECKING
 
 from zonestore.errors import CorruptRecord, NoSpace
 from zonestore.fsck import ScanStats, scan_zone
-from zonestore.index import REC, TOMB, Entry
+from zonestore.index import REC, Entry
 
 if TYPE_CHECKING:
     from zonestore.zonelog import ZoneLog
 
 log_ = logging.getLogger(__name__)
+COPY_BATCH = 64  # records copied at once (they share the reclaim zone's flushes)
+COPY_BATCH_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
@@ -82,13 +87,20 @@ async def reset_dead_zones(log: ZoneLog) -> int:
 
 
 class _Limiter:
-    def __init__(self, rate: int | None) -> None:
+    """Copy at most `rate` bytes/s, except while puts wait for the space (then reclaim is
+    what they wait for: throttling it would only slow them down)."""
+
+    def __init__(self, rate: int | None, log: ZoneLog | None = None) -> None:
         self.rate = rate
+        self.log = log
         self.t0 = time.monotonic()
         self.done = 0
 
     async def take(self, n: int) -> None:
         self.done += n
+        if self.log is not None and self.log.space_waiters:
+            self.t0 = time.monotonic() - self.done / self.rate if self.rate else self.t0
+            return
         if self.rate:
             delay = self.t0 + self.done / self.rate - time.monotonic()
             if delay > 0:
@@ -103,19 +115,33 @@ async def _evacuate(log: ZoneLog, z: int, lim: _Limiter, res: ReclaimResult) -> 
     )
     zs = log.zone_size
     drops: list[Entry] = []
-    for rid in sorted(found):
-        e = log.index.lookup(rid)
-        if e is None or z not in e.zone_bytes(zs):
-            continue
+
+    async def copy(e: Entry) -> None:
         if e.kind == REC:
             await log.relocate(e, z, lim.take)
             res.records_copied += 1
-        elif e.kind == TOMB:
-            if log.index.tombstone_needed(e, z):
-                await log.append_tombstone(e.id, e.seq, e.gen + 1, gc=True)
-                res.tombstones_copied += 1
-            else:
-                drops.append(e)
+        elif log.index.tombstone_needed(e, z):
+            await log.append_tombstone(e.id, e.seq, e.gen + 1, gc=True)
+            res.tombstones_copied += 1
+        else:
+            drops.append(e)
+
+    # Copies run a batch at a time, so that they share the reclaim zone's flushes (group
+    # commit) instead of padding a block each.
+    batch: list[Entry] = []
+    size = 0
+    ids = sorted(found)
+    for i, rid in enumerate(ids):
+        e = log.index.lookup(rid)
+        if e is not None and z in e.zone_bytes(zs):
+            batch.append(e)
+            size += e.length
+        if batch and (len(batch) >= COPY_BATCH or size >= COPY_BATCH_BYTES or i == len(ids) - 1):
+            done = await asyncio.gather(*(copy(e) for e in batch), return_exceptions=True)
+            batch, size = [], 0
+            for r in done:
+                if isinstance(r, BaseException):
+                    raise r
     drops = [e for e in drops
              if log.index.lookup(e.id) == e and not log.index.tombstone_needed(e, z)]
     if log.index.live.get(z, 0) - sum(e.commit_size for e in drops) > 0 or log.pinned.get(z):
@@ -164,15 +190,19 @@ def empty_low(log: ZoneLog) -> bool:
     return len(log._empty) <= log._put_keep() + log.reclaim_low_zones
 
 
-async def make_room(log: ZoneLog) -> str:
+async def make_room(log: ZoneLog, want: int = 0) -> str:
     """For a put that found no zone: reset dead zones, else evacuate the zone that gives
     the most space back (unthrottled: puts are waiting). "freed" when a zone came free (or
     another pass freed one meanwhile), "busy" when candidates exist but cannot be taken now
     (pinned by puts in flight, zones being finished), "none" when nothing can be freed:
     live data fills the drive."""
     keep = log._put_keep()
+
+    def enough() -> bool:
+        return log.free_bytes() >= want if want else len(log._empty) > keep
+
     async with log._reclaim_lock:
-        if len(log._empty) > keep:
+        if enough():
             return "freed"
         if await reset_dead_zones(log):
             return "freed"
@@ -180,9 +210,9 @@ async def make_room(log: ZoneLog) -> str:
         res = ReclaimResult()
         lim = _Limiter(None)
         for z in pick_victims(log, greedy=True, min_gain=min_gain)[:2]:
-            if await _evacuate_one(log, z, lim, res) and len(log._empty) > keep:
+            if await _evacuate_one(log, z, lim, res) and enough():
                 return "freed"
-        if len(log._empty) > keep:
+        if enough():
             return "freed"
         if res.zones_reset or res.zones_evacuated:
             return "busy"  # freed one, reclaim's own copies took it: go on
@@ -229,7 +259,7 @@ async def reclaim_pass(log: ZoneLog, *, max_zones: int | None = None,
                              min_gain=int(min_garbage * log.zone_capacity))
         if max_zones is not None:
             cands = cands[:max_zones]
-        lim = _Limiter(rate)
+        lim = _Limiter(rate, log)
         for z in cands:
             if log._closed or (until_empty is not None and len(log._empty) >= until_empty):
                 break

@@ -1,16 +1,22 @@
 """The zone log: a store of records (id -> bytes + metadata blob) on one zoned device.
 
-Records are appended, self-describing (record.py), to one open zone per stream hint so that
-data that dies together lives together (lifetime grouping); the write scheduler (scheduler.py)
-turns appends into large block-aligned writes with group commit; the index (index.py) maps ids
-to extents and is rebuilt or caught up from the zones on open (fsck.py); reclaim (reclaim.py)
-resets dead zones and copies the live records out of zones with garbage.
+Records are appended, self-describing (record.py), to the open zone of their stream's
+lifetime class, so that data that dies together lives together; the write scheduler
+(scheduler.py) turns appends into large block-aligned writes with group commit; the index
+(index.py) maps ids to extents and is rebuilt or caught up from the zones on open (fsck.py);
+reclaim (reclaim.py) resets dead zones and copies the live records out of zones with garbage
+or stranded room; space.py says what every zone's bytes are (live, garbage, stranded,
+writable, reserve).
 
-Zone budget: at most min(max open, max active) - 1 zones take puts at once (one is held back
-for reclaim); 0 = unlimited on the device becomes `max_open` (default 16). When a new stream
-needs a zone at the limit, the fullest idle writer's zone is FINISHED; if every writer is busy,
-the stream shares the least busy one. Partly written zones found on open are resumed.
-Conventional zones are not used: the index lives in SQLite beside the drive.
+Zone budget: at most min(max open, max active) - 2 zones take puts at once (reclaim's zone,
+which tombstones share, and one in transition are held back); 0 = unlimited on the device
+becomes `max_open` (default 16). Stream hints map onto a bounded number of lifetime classes,
+each with an open zone; when no zone can be had, a class shares the open zone with the most
+room. A zone is finished only when (nearly) full, or when the limits leave no other choice,
+and then the one with the least room left. Puts of known length reserve their room first and
+wait for reclaim rather than fail; NoSpace only when live data fills the drive. Partly
+written zones found on open are resumed. Conventional zones are not used: the index lives in
+SQLite beside the drive.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ MiB = 1024 * 1024
 TOMBSTONE_STREAM = "\x00tombstones"  # the stream of tombstones (not a valid stream name)
 MIN_SPLIT = 4096  # a chunk is split across zones only if at least this much still fits
 FULL_SLACK = 2 * MIN_SPLIT  # a zone with less room than this left is finished
+INLINE_SLACK = 4096  # room beyond an inline COMMIT's body for its header and metadata
 GC_CLASS = -1  # reclaim's copies and tombstones share one zone
 STREAM_MEMORY = 4096  # stream hints remembered with their class
 GROUP_SLACK = 64 * 1024  # a read of one chunk may take extents of this much more along
@@ -109,11 +116,12 @@ def _info(e: Entry) -> RecordInfo:
 class _PutCursor:
     """The writer a put is appending to, and the chunk ends it left in earlier writers."""
 
-    __slots__ = ("w", "used")
+    __slots__ = ("w", "used", "held")
 
     def __init__(self) -> None:
         self.w: ZoneWriter | None = None
         self.used: dict[ZoneWriter, int] = {}
+        self.held = 0  # bytes of the log's reservation this put has not written yet
 
     def release(self) -> None:
         if self.w is not None:
@@ -151,6 +159,7 @@ class ZoneLog:
         self.reclaim_rate = reclaim_rate
         self.reclaim_min_garbage = reclaim_min_garbage
         open_limit = info.max_open_zones or max_open
+        self.open_limit = open_limit
         active_limit = info.max_active_zones or 1 << 30
         self.active_limit = active_limit
         # One zone is held back for reclaim (and tombstones), one for a zone in transition.
@@ -179,6 +188,9 @@ class ZoneLog:
         self.reclaim_low_zones = reclaim_low_zones or max(2, n_seq // 16)
         self.space_wait = space_wait  # how long a put waits for reclaim to free a zone
         self.reclaim_wanted = asyncio.Event()
+        self._reserved = 0  # room promised to puts in flight (see _admit)
+        self.space_waiters = 0  # puts waiting for room (reclaim then copies unthrottled)
+        self._space_changed = asyncio.Event()
         self.zone_mtime: dict[int, float] = {}  # monotonic time of a zone's last write
         self._opened_at = time.monotonic()
         self._alloc_lock = asyncio.Lock()
@@ -502,7 +514,12 @@ class ZoneLog:
                 raise NoSpace(f"{self.device.info.path}: no free zone left for reclaim")
             if not deadline:
                 deadline = time.monotonic() + self.space_wait
-            if not await self._make_room(deadline):
+            self.space_waiters += 1
+            try:
+                ok = await self._make_room(deadline)
+            finally:
+                self.space_waiters -= 1
+            if not ok or time.monotonic() > deadline:
                 err = NoSpace(f"{self.device.info.path}: no free zone left (live data fills "
                               "the drive)")
                 err.writable_bytes = self.free_bytes()  # type: ignore[attr-defined]
@@ -525,6 +542,8 @@ class ZoneLog:
                     other = self._share(need)
                     if other is not None:
                         return other
+            if len(self._writers) >= self.open_limit and await self._wait_closing():
+                continue  # the device's open limit: let a zone being finished go first
             if kind != "put" or self._put_writers() < self.slots:
                 z = self._take_zone(kind)
                 if z is None and len(self._writers) + len(self._spares) >= self.active_limit \
@@ -540,9 +559,32 @@ class ZoneLog:
                 if other is not None:
                     self._classes[key] = other
                     return other
+                if self._put_writers() >= self.slots:
+                    # Every zone the budget allows is open and none has room for this piece
+                    # (a COMMIT larger than any zone's rest): finish the one with the least
+                    # room left, so the class can take a new zone.
+                    open_ = [w for w in self._writers.values() if not w.gc]
+                    live = [w for w in open_ if not w.closing]
+                    victim = min(live or open_, key=lambda w: w.remaining)
+                    victim.retire()
+                    await victim.finished.wait()
+                    continue
             if not gc and await self._free_dead_zones():
                 continue
             return None
+
+    async def _wait_closing(self) -> bool:
+        """Wait until one of the zones being finished is done; False if none is."""
+        closing = [w for w in self._writers.values() if w.closing]
+        if not closing:
+            return False
+        waits = [asyncio.ensure_future(w.finished.wait()) for w in closing]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in waits:
+                t.cancel()
+        return True
 
     def _put_writers(self) -> int:
         return sum(1 for w in self._writers.values() if not w.gc)
@@ -602,10 +644,66 @@ class ZoneLog:
         self._check_open()
         seq = self.next_seq()
         cur = _PutCursor()
+        if length is None and isinstance(body, bytes | bytearray | memoryview):
+            length = len(body)
         try:
+            if length is not None:
+                await self._admit(cur, length)
             return await self._put(record_id, body, stream, meta, length, seq, cur)
         finally:
             cur.release()
+            if cur.held:
+                self._reserved -= cur.held
+                cur.held = 0
+                self._space_changed.set()
+
+    async def _admit(self, cur: _PutCursor, length: int) -> None:
+        """Reserve room for a put of known length before it writes a byte: puts in flight
+        must never hold more room than the drive has (they would all wait for space their
+        own uncommitted chunks take), so a put that does not fit waits here, holding
+        nothing, for reclaim or for other puts to end; NoSpace when nothing can help."""
+        need = length + length // 256 + 8192  # headers and the COMMIT
+        if self.free_bytes() - self._reserved >= need:
+            self._reserved += need
+            cur.held = need
+            return
+        deadline = time.monotonic() + self.space_wait
+        self.space_waiters += 1
+        try:
+            await self._admit_wait(need, length, deadline)
+        finally:
+            self.space_waiters -= 1
+        self._reserved += need
+        cur.held = need
+
+    async def _admit_wait(self, need: int, length: int, deadline: float) -> None:
+        while True:
+            self._check_open()
+            if self.free_bytes() - self._reserved >= need:
+                break
+            if self._reserved == 0 and need > self.obtainable_bytes():
+                break  # cannot fit even after reclaim: let the put try and fail cleanly
+            if time.monotonic() >= deadline:
+                err = NoSpace(f"{self.device.info.path}: no room for a record of {length} "
+                              "bytes (live data and puts in flight fill the drive)")
+                err.writable_bytes = self.free_bytes()  # type: ignore[attr-defined]
+                raise err
+            if self.free_bytes() - self._reserved < need and not self._reclaim_lock.locked():
+                from zonestore.reclaim import make_room
+
+                if await make_room(self, want=need + self._reserved) == "freed":
+                    continue
+            self._space_changed.clear()
+            try:
+                await asyncio.wait_for(self._space_changed.wait(), 0.05)
+            except TimeoutError:
+                pass
+
+    def _spend(self, cur: _PutCursor, n: int) -> None:
+        if cur.held:
+            n = min(n, cur.held)
+            cur.held -= n
+            self._reserved -= n
 
     async def _put(self, rid: str, body: bytes | AsyncIterable[bytes], stream: str,
                    meta: bytes | Callable[[], bytes], length: int | None, seq: int,
@@ -631,7 +729,7 @@ class ZoneLog:
                           meta: bytes | Callable[[], bytes], length: int | None, seq: int,
                           cur: _PutCursor, gen: int, gc: bool, pins: set[int]) -> RecordInfo:
         if isinstance(body, bytes | bytearray | memoryview) and not callable(meta) \
-                and len(body) <= INLINE_MAX:
+                and len(body) <= INLINE_MAX and self._inline_fits(stream, len(body) + len(meta)):
             # Small body, known metadata: straight into an inline COMMIT.
             data = bytes(body)
             if length is not None and len(data) != length:
@@ -668,6 +766,7 @@ class ZoneLog:
                 extents.append(Extent(off + hsize, n, c))
                 sizes.append(hsize + n)
                 cur.used[w] = off + hsize + n
+                self._spend(cur, hsize + n)
                 whole = crc32c_combine(whole, c, n)
                 emitted = logical + n
                 pos += n
@@ -725,12 +824,14 @@ class ZoneLog:
             raise ValueError(f"metadata blob of {len(blob)} bytes exceeds {MAX_META}")
 
         inline = None
+        inline_ok = not extents and total <= INLINE_MAX and (
+            gc or self._inline_fits(stream, total + len(blob)))
         if held is not None:  # pending is empty
-            if not extents and total <= INLINE_MAX:
+            if inline_ok:
                 pending += held
             else:
                 await emit(held)
-        if not extents and total <= INLINE_MAX:
+        if inline_ok:
             inline = bytes(pending)
             whole = crc32c(inline)
         elif pending:
@@ -738,6 +839,13 @@ class ZoneLog:
         await self._append_commit(rid, seq, gen, stream, blob, total, whole, extents, sizes,
                                   inline, cur, pins, gc)
         return RecordInfo(rid, total, blob, stream, seq, whole)
+
+    def _inline_fits(self, stream: str, n: int) -> bool:
+        """Whether a body stored inside its COMMIT (which cannot be split) fits the rest of
+        its class's zone; if not, it is stored as chunks, which can, and the zone is filled
+        to its end instead of being finished early."""
+        w = self._classes.get(self.class_of(stream))
+        return w is None or w.remaining >= n + INLINE_SLACK
 
     async def _append_commit(self, rid: str, seq: int, gen: int, stream: str, blob: bytes,
                              total: int, whole: int, extents: list[Extent], sizes: list[int],
@@ -1068,3 +1176,4 @@ class ZoneLog:
         self._spares.discard(z)
         self._written[z] = 0
         self._empty.add(z)
+        self._space_changed.set()

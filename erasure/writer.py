@@ -8,9 +8,9 @@ mid-write is dropped; as long as the write quorum holds the write succeeds, and 
 indexes go into the layout and the repair queue. Below quorum, every archive of the part is
 cancelled or deleted and QuorumError is raised.
 
-A node that answers 507 (out of space), or whose connection fails, is not a lost fragment: its
-archive is handed off to the next writable node in the part's rendezvous order, replaying what
-was already sent. The node answers 507 before it reads the body (aiohttp sends the headers
+A node that answers 507 (out of space), or that cuts the connection but is still up, is not a
+lost fragment: its archive is handed off to the next writable node in the part's rendezvous
+order, replaying what was already sent. The node answers 507 before it reads the body (aiohttp sends the headers
 with the first batch), so each upload keeps its first REPLAY_LIMIT bytes for that; a failure
 after them costs the fragment (repair rebuilds it).
 """
@@ -95,11 +95,14 @@ class ArchiveUpload:
                 return await self.client.put(record_id, self._body(), length=length,
                                              stream=stream, meta=lambda: self.meta or b"")
             except NodeError as e:
-                # 507, or the connection cut (a node that refuses a body before reading it
-                # closes the connection, and the reset may beat its answer to us)
+                # 507, or the connection cut by a node that is still up (a node that refuses
+                # a body before reading it closes the connection, and the reset may beat its
+                # answer to us); a node that is gone costs the fragment, as before
                 movable = e.status == 507 or isinstance(e, NodeUnavailable)
                 if (not movable or self.replay is None or self.handoff is None
                         or len(self.moved_from) >= MAX_HANDOFFS):
+                    raise
+                if e.status != 507 and not await self.client.check():
                     raise
                 nxt = self.handoff(self)
                 if nxt is None:

@@ -100,24 +100,3 @@ async def test_full_node_hands_off_and_returns(tmp_path: Path) -> None:
                 assert b"".join([b async for b in cluster.read_part(lay)]) == payload
             assert cluster.stats["degraded_writes"] == 0
 
-
-async def test_fragment_of_a_dead_node_is_handed_off(tmp_path: Path) -> None:
-    """A node that died since the last health check: the connection fails at once, and the
-    fragment goes to a handoff node instead of being written missing."""
-    with NodeCluster(tmp_path, 4, drives_per_node=1) as nc:
-        cfg = ClusterConfig.from_dict({
-            "secret": nc.secret,
-            "erasure": {"k": 2, "m": 1, "segment_size": 65536, "write_quorum": 2,
-                        "state_dir": str(tmp_path / "st")},
-            "nodes": [{"id": i, "url": u} for i, u in zip(nc.ids, nc.urls, strict=True)]})
-        async with ErasureCluster(cfg, health_interval=0, auto_repair=False) as cluster:
-            uid = "dead0001.p1"
-            victim = cluster.placement.primary(uid)[1]
-            nc.kill(nc.ids.index(victim))
-            assert cluster.is_up(victim)  # not known yet
-            payload = os.urandom(300_000)
-            layout = await cluster.write_part(uid, one(payload), length=len(payload),
-                                              stream="t", meta=lambda r: {})
-            assert layout.missing == [] and victim not in layout.placement.values()
-            assert not cluster.is_up(victim) and cluster.stats["degraded_writes"] == 0
-            assert b"".join([b async for b in cluster.read_part(layout)]) == payload

@@ -90,3 +90,29 @@ def test_histogram_snapshots_merge_and_refuse_other_buckets():
     assert merged.count == 4 and merged.sum == 6.5
     with pytest.raises(ValueError):
         _ = a.snapshot() + FixedHistogram((1.0,)).snapshot()
+
+
+async def test_pool_fills_every_drive_and_sums_the_space_figures(tmp_path):
+    from zonestore.errors import NoSpace
+
+    pool = await make_pool(tmp_path, n=2, zones=12)
+    stored = {}
+    with pytest.raises(NoSpace):
+        for i in range(200):
+            data = payload(i, 200 * KiB)
+            await pool.put(f"r{i}", data, stream=f"s{i % 50}")
+            stored[f"r{i}"] = data
+    per = pool.drive_stats()
+    total = pool.stats()
+    cap = sum(lg.zone_capacity * len(lg.seq_zones) for lg in pool.logs)
+    # Placement by writable space: both drives took data until neither had room.
+    assert all(st.live_bytes > 0.8 * lg.zone_capacity * len(lg.seq_zones)
+               for st, lg in zip(per, pool.logs, strict=True))
+    assert sum(map(len, stored.values())) > 0.85 * cap
+    for f in ("writable_bytes", "stranded_bytes", "garbage_bytes", "live_bytes",
+              "reserve_bytes", "empty_zones"):
+        assert getattr(total, f) == sum(getattr(st, f) for st in per), f
+    assert total.reclaiming_zone == -1 and total.free_bytes == total.writable_bytes
+    for rid in list(stored)[::7]:
+        assert await read_all(pool, rid) == stored[rid]
+    await pool.close()

@@ -663,7 +663,9 @@ class ZoneLog:
         own uncommitted chunks take), so a put that does not fit waits here, holding
         nothing, for reclaim or for other puts to end; NoSpace when nothing can help."""
         need = length + length // 256 + 8192  # headers and the COMMIT
-        if self.free_bytes() - self._reserved >= need:
+        # O(1) first: the empty zones beyond the reserve alone hold it (the common case).
+        spare = self.zone_capacity * (len(self._empty) - self._put_keep()) - self._reserved
+        if spare >= need or self.free_bytes() - self._reserved >= need:
             self._reserved += need
             cur.held = need
             return
@@ -691,8 +693,11 @@ class ZoneLog:
             if self.free_bytes() - self._reserved < need and not self._reclaim_lock.locked():
                 from zonestore.reclaim import make_room
 
-                if await make_room(self, want=need + self._reserved) == "freed":
+                got = await make_room(self, want=need + self._reserved)
+                if got == "freed":
                     continue
+                if got == "none" and self._reserved == 0:
+                    break  # reclaim cannot help and no put will end: try, and fail cleanly
             self._space_changed.clear()
             try:
                 await asyncio.wait_for(self._space_changed.wait(), 0.05)

@@ -2,6 +2,11 @@
 
 It owns one HTTP session, a NodeClient per configured node with up/down state refreshed by a
 background health check, the codec (warmed up at start), placement and the repair queue.
+
+Full nodes: the health check also reads every node's writable bytes (`/v1/stats`), and a 507
+marks a node full at once. A full node takes no new archives until its largest drive has room
+again (`full_headroom`, default two segments' fragments, or twice what it last refused); it is
+not down, and while enough nodes have room writes go to other nodes at full width (handoff).
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ class ScannedPart:
 
 class ErasureCluster:
     def __init__(self, config: ClusterConfig, *, state_dir: str | Path | None = None,
-                 health_interval: float = 5.0, auto_repair: bool = True) -> None:
+                 health_interval: float = 5.0, auto_repair: bool = True,
+                 full_headroom: int | None = None) -> None:
         self.config = config
         self.scheme = config.erasure.scheme
         self.codec = Codec(self.scheme)
@@ -60,6 +66,10 @@ class ErasureCluster:
         self.repair_queue = RepairQueue(state_dir or config.erasure.state_dir)
         self.deletions = Deletions(state_dir or config.erasure.state_dir)
         self.health_interval = health_interval
+        self.full_headroom = (2 * self.codec.fragment_size(self.scheme.segment_size)
+                              if full_headroom is None else full_headroom)
+        # told the sorted ids of the full nodes whenever that set changes (gateway metrics)
+        self.full_observers: list[Callable[[list[str]], None]] = []
         self.stats: Counter[str] = Counter()
         # aiohttp TraceConfigs for the node session (the gateway's node-call metrics)
         self.trace_configs: list[Any] = []
@@ -80,6 +90,8 @@ class ErasureCluster:
         self._session = make_session(trace_configs=self.trace_configs or None)
         self.clients = {n.id: NodeClient(n, self.config.secret, self._session, self.node_timeout)
                         for n in self.config.nodes}
+        for c in self.clients.values():
+            c.on_full = self._full_changed
         await self.check_health()
         if self.health_interval > 0:
             self._health = asyncio.create_task(self._health_loop())
@@ -110,8 +122,14 @@ class ErasureCluster:
     # -- node state --------------------------------------------------------------------------
 
     async def check_health(self) -> dict[str, bool]:
+        """Ask every node whether it is ready and how much room it has; returns id -> up."""
+        async def one(c: NodeClient) -> bool:
+            if await c.check():
+                await c.poll_room(self.full_headroom)
+            return c.up
+
         was_down = self.down_nodes()
-        ups = await asyncio.gather(*(c.check() for c in self.clients.values()))
+        ups = await asyncio.gather(*(one(c) for c in self.clients.values()))
         state = dict(zip(self.clients, ups, strict=True))
         if any(state[n] for n in was_down if n in state):
             # A node came back: fragments that waited for it (or for a node to hand off to)
@@ -147,6 +165,24 @@ class ErasureCluster:
                 return  # a node is still down: the next return tries again
             except Exception:
                 log.exception("finishing the deletion of %s failed", uid)
+
+    def full_nodes(self) -> list[str]:
+        """Nodes that are up but out of writable space (no new placements go there)."""
+        return sorted(nid for nid, c in self.clients.items() if c.full)
+
+    def _full_changed(self, client: NodeClient) -> None:
+        if client.full:
+            log.warning("node %s is full (writable %s bytes): new fragments go elsewhere",
+                        client.id, client.writable_bytes)
+        else:
+            log.info("node %s has room again (writable %s bytes)", client.id,
+                     client.writable_bytes)
+        full = self.full_nodes()
+        for observe in self.full_observers:
+            try:
+                observe(full)
+            except Exception:  # an observer's bug must not break writes
+                log.exception("full-node observer failed")
 
     async def _health_loop(self) -> None:
         rounds = 0
@@ -237,6 +273,13 @@ class ErasureCluster:
             spare = self.placement.handoffs(part_uid, [n for n in nodes if n not in down], down)
             nodes = [next(spare, None) if n in down else n for n in nodes]
         return nodes
+
+    def handoff(self, part_uid: str, used: set[str]) -> NodeClient | None:
+        """The next writable node in the part's rendezvous order that holds none of its
+        fragments (`used`): where a fragment goes when its node turns out to be full."""
+        down = {nid for nid, c in self.clients.items() if not c.writable}
+        nid = next(self.placement.handoffs(part_uid, used, down), None)
+        return None if nid is None else self.clients[nid]
 
     def codec_for(self, scheme: Scheme) -> Codec:
         codec = self._codecs.get(scheme)

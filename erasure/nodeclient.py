@@ -6,6 +6,11 @@ the node accepts a write signature only once (replay protection) and a retry may
 same second. The client tracks whether its node is up: a connection failure or timeout marks it
 down, a successful request or health check marks it up again.
 
+It also tracks whether its node is *full* (out of writable space): a 507 answer marks it full,
+and `poll_room` (the cluster's health loop) reads the node's writable bytes from `/v1/stats`
+and marks it full or clears the flag. A full node is up (reads and deletes go on) but gets no
+new archives (`writable` is False) for exactly as long as it has no room.
+
 Node-call observers (`NodeCallObserver`, given to `make_session` among its trace configs) are
 told of every request: node, operation, HTTP status (None: no answer) and the time to the
 response's headers. The client times its calls itself: aiohttp's own tracing, which did this
@@ -33,7 +38,6 @@ from zonestore.nodeauth import sign_headers
 # aiohttp.web closes idle keep-alive connections after 75 s, uvicorn after 5 s: stay below both,
 # or a reused connection fails with "Cannot write to closing transport".
 KEEPALIVE_TIMEOUT = 4.0
-FULL_BACKOFF = 60.0  # seconds a node that answered 507 gets no new archives
 
 # Archive PUTs are chunked (the metadata blob's length is known only at the end), and aiohttp
 # writes each chunk as (size line, data, CRLF) with transport.writelines() -- unless it deems
@@ -115,12 +119,63 @@ class NodeClient:
         self.last_error: str | None = None
         self.last_checked = 0.0
         self.bytes_read = 0      # record payload bytes received (GET bodies)
-        self.full_until = 0.0    # monotonic time until which writes skip this node (507)
+        self.full = False        # out of writable space: no new archives (see the docstring)
+        self.full_need = 0       # writable bytes (largest drive) that clear `full` again ...
+        self.full_floor: int | None = None  # ... if above this figure, seen when it got full
+        self.writable_bytes: int | None = None  # largest drive's writable bytes, last known
+        self.on_full: Callable[[NodeClient], None] | None = None  # told when `full` changes
         self.observers = _observers.get(session, ()) if session is not None else ()
 
     @property
     def writable(self) -> bool:
-        return self.up and time.monotonic() >= self.full_until
+        return self.up and not self.full
+
+    # -- space -------------------------------------------------------------------------------
+
+    def _set_full(self, full: bool) -> None:
+        if full != self.full:
+            self.full = full
+            if self.on_full is not None:
+                self.on_full(self)
+
+    def note_full(self, need: int = 0, writable: int | None = None) -> None:
+        """The node refused a record for lack of space: full until one drive has `need` bytes
+        (or the poll's headroom, whichever is larger) writable, and more than when it refused
+        (`writable`, from the 507; else the next poll's figure), whatever the figure claims."""
+        if not self.full:
+            self.full_need, self.full_floor = 0, None
+        self.full_need = max(self.full_need, need)
+        if writable is not None:
+            self.writable_bytes = writable
+            self.full_floor = writable if self.full_floor is None else min(self.full_floor,
+                                                                           writable)
+        self._set_full(True)
+
+    def note_room(self, writable: int, headroom: int) -> bool:
+        """The node's largest drive has `writable` bytes: full below `headroom`; a full node
+        stays full until it passes both its floor and max(headroom, need). Returns `full`."""
+        self.writable_bytes = writable
+        if self.full:
+            if self.full_floor is None:
+                self.full_floor = writable  # the first figure after a 507 that had none
+            elif writable > self.full_floor and writable >= max(headroom, self.full_need):
+                self._set_full(False)
+        elif writable < headroom:
+            self.full_need, self.full_floor = 0, writable
+            self._set_full(True)
+        return self.full
+
+    async def poll_room(self, headroom: int) -> int | None:
+        """Read the node's writable bytes from /v1/stats (the largest drive's, as a record
+        lives on one drive) and update `full`; None (nothing changed) if it cannot be read."""
+        try:
+            doc = await self.stats()
+        except (NodeError, TimeoutError, aiohttp.ClientError, ConnectionError, ValueError):
+            return None
+        room = writable_of(doc)
+        if room is not None:
+            self.note_room(room, headroom)
+        return room
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -146,10 +201,12 @@ class NodeClient:
             body = await resp.json(content_type=None)
             code, msg = body.get("error", "error"), body.get("message", "")
         except Exception:
+            body = None
             code, msg = "error", resp.reason or ""
         cls = {404: RecordMissing, 409: RecordCorrupt}.get(resp.status, NodeError)
-        if resp.status == 507:  # out of space: stop sending it new archives for a while
-            self.full_until = time.monotonic() + FULL_BACKOFF
+        if resp.status == 507:  # out of space: no new archives until it has room again
+            room = body.get("writable_bytes") if isinstance(body, dict) else None
+            self.note_full(0, room if isinstance(room, int) else None)
         if resp.status >= 500 and resp.status != 507:
             self.last_error = f"{resp.status} {code}"
         return cls(self.id, resp.status, code, msg)
@@ -203,7 +260,10 @@ class NodeClient:
             async with await self._send("put", "PUT", path, params=query, data=gen(),
                                         headers=headers, timeout=self._timeout()) as resp:
                 if resp.status != 201:
-                    raise await self._error(resp)
+                    err = await self._error(resp)
+                    if resp.status == 507:  # room for twice this record before it gets more
+                        self.note_full(2 * length)
+                    raise err
                 out = await resp.json(content_type=None)
         except NodeError:
             raise
@@ -335,6 +395,23 @@ class NodeClient:
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
             raise self._down(e) from e
         return list(body.get("damage") or [])
+
+
+def writable_of(stats: dict) -> int | None:
+    """Writable bytes of a node's largest drive from its /v1/stats answer: `writable_bytes`
+    (empty zones + open zones' room), or `free_bytes` from nodes that do not report it."""
+    best: int | None = None
+    for d in stats.get("drives") or ():
+        if not isinstance(d, dict):
+            continue
+        v = d.get("writable_bytes", d.get("free_bytes"))
+        if isinstance(v, int) and (best is None or v > best):
+            best = v
+    if best is None:
+        totals = stats.get("totals") or {}
+        v = totals.get("writable_bytes", totals.get("free_bytes"))
+        best = v if isinstance(v, int) else None
+    return best
 
 
 def _head_of(record_id: str, resp: aiohttp.ClientResponse) -> RecordHead:

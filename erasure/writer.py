@@ -7,6 +7,12 @@ until it makes no progress for the node timeout, then it counts as failed. A nod
 mid-write is dropped; as long as the write quorum holds the write succeeds, and the missing
 indexes go into the layout and the repair queue. Below quorum, every archive of the part is
 cancelled or deleted and QuorumError is raised.
+
+A node that answers 507 (out of space), or that cuts the connection but is still up, is not a
+lost fragment: its archive is handed off to the next writable node in the part's rendezvous
+order, replaying what was already sent. The node answers 507 before it reads the body (aiohttp sends the headers
+with the first batch), so each upload keeps its first REPLAY_LIMIT bytes for that; a failure
+after them costs the fragment (repair rebuilds it).
 """
 
 from __future__ import annotations
@@ -35,26 +41,46 @@ QUEUE_DEPTH = 4  # fragments in flight per archive
 # machine those wake-ups, not the bytes, are what a node spends most of its CPU on.
 SEND_BATCH = 1024 * 1024
 MAX_META = 64 * 1024  # a node refuses larger metadata blobs (docs/design.md)
+REPLAY_LIMIT = 2 * SEND_BATCH  # bytes of an archive kept to replay on a handoff node (507)
+MAX_HANDOFFS = 3  # full nodes one archive may move away from
 
 
 class ArchiveUpload:
-    """One archive's upload: a bounded queue feeding a streamed PUT."""
+    """One archive's upload: a bounded queue feeding a streamed PUT (moved to another node if
+    its node is full, see the module docstring)."""
 
-    def __init__(self, index: int, client: NodeClient) -> None:
+    def __init__(self, index: int, client: NodeClient,
+                 handoff: Callable[[ArchiveUpload], NodeClient | None] | None = None) -> None:
         self.index = index
         self.client = client
+        self.handoff = handoff
         self.q: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUE_DEPTH)
         self.task: asyncio.Task | None = None
         self.error: BaseException | None = None
         self.meta: bytes | None = None
+        self.replay: list[bytes] | None = []  # what the PUT took so far; None past the limit
+        self.replay_bytes = 0
+        self.ended = False  # the end of the body was taken from the queue
+        self.moved_from: list[str] = []  # full nodes this archive was handed off from
+
+    def _keep(self, item: bytes) -> None:
+        if self.replay is None:
+            return
+        self.replay_bytes += len(item)
+        if self.replay_bytes > REPLAY_LIMIT:
+            self.replay = None  # too late for a 507 to come: stop holding the bytes
+        else:
+            self.replay.append(item)
 
     async def _body(self):
-        batch: list[bytes] = []
-        size = 0
-        while True:
+        batch: list[bytes] = list(self.replay or ())  # a handed-off upload starts again
+        size = sum(map(len, batch))
+        while not self.ended:
             item = await self.q.get()
             if item is None:
+                self.ended = True
                 break
+            self._keep(item)
             batch.append(item)
             size += len(item)
             if size >= SEND_BATCH:
@@ -63,9 +89,31 @@ class ArchiveUpload:
         if batch:
             yield batch[0] if len(batch) == 1 else b"".join(batch)
 
+    async def _put(self, record_id: str, length: int, stream: str) -> dict:
+        while True:
+            try:
+                return await self.client.put(record_id, self._body(), length=length,
+                                             stream=stream, meta=lambda: self.meta or b"")
+            except NodeError as e:
+                # 507, or the connection cut by a node that is still up (a node that refuses
+                # a body before reading it closes the connection, and the reset may beat its
+                # answer to us); a node that is gone costs the fragment, as before
+                movable = e.status == 507 or isinstance(e, NodeUnavailable)
+                if (not movable or self.replay is None or self.handoff is None
+                        or len(self.moved_from) >= MAX_HANDOFFS):
+                    raise
+                if e.status != 507 and not await self.client.check():
+                    raise
+                nxt = self.handoff(self)
+                if nxt is None:
+                    raise
+                log.info("%s: %s %s, fragment goes to %s instead", record_id, self.client.id,
+                         "is full" if e.status == 507 else "failed", nxt.id)
+                self.moved_from.append(self.client.id)
+                self.client = nxt
+
     def start(self, record_id: str, length: int, stream: str) -> None:
-        self.task = asyncio.create_task(self.client.put(
-            record_id, self._body(), length=length, stream=stream, meta=lambda: self.meta or b""))
+        self.task = asyncio.create_task(self._put(record_id, length, stream))
         self.task.add_done_callback(self._done)
 
     def _done(self, t: asyncio.Task) -> None:
@@ -116,7 +164,14 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
     cluster.deletions.forget(part_uid)
     targets = cluster.targets(part_uid)
     timeout = cluster.node_timeout
-    sinks = {i: ArchiveUpload(i, cluster.clients[nid]) for i, nid in enumerate(targets) if nid}
+    sinks: dict[int, ArchiveUpload] = {}
+
+    def handoff(_: ArchiveUpload) -> NodeClient | None:
+        # synchronous: the chosen node is this upload's before any other upload can choose
+        return cluster.handoff(part_uid, {s.client.id for s in sinks.values()})
+
+    sinks.update({i: ArchiveUpload(i, cluster.clients[nid], handoff)
+                  for i, nid in enumerate(targets) if nid})
     if len(sinks) < cluster.write_quorum:
         down = "; ".join(f"{c.id}: {c.last_error}" for c in cluster.clients.values() if not c.up)
         raise QuorumError(f"part {part_uid}: only {len(sinks)} nodes are up, "
@@ -170,9 +225,14 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
         raise
     missing = sorted(set(range(scheme.n)) - {i for i, s in sinks.items() if s.alive})
     primary = cluster.placement.primary(part_uid)
+    placed = {i: s.client.id for i, s in sinks.items()}  # handed-off uploads changed node
     layout = PartLayout(part_uid, length, scheme,
-                        {i: targets[i] or primary[i] for i in range(scheme.n)}, missing, crc)
+                        {i: placed.get(i) or targets[i] or primary[i] for i in range(scheme.n)},
+                        missing, crc)
     cluster.stats["parts_written"] += 1
+    moved = sum(1 for s in sinks.values() if s.moved_from and s.alive)
+    if moved:
+        cluster.stats["full_handoffs"] += moved
     if missing:
         cluster.stats["degraded_writes"] += 1
         reasons = "; ".join(f"f{i:02d}: {sinks[i].error if i in sinks else 'no node up'}"

@@ -5,7 +5,9 @@
   nodes is reachable; else 503 with the reason (a load balancer stops sending writes here).
 - `/health/cluster`: JSON saying whether the write quorum (nodes up >= write_quorum) and the
   read quorum (at most m nodes down, so every whole part keeps k readable fragments) hold and
-  which nodes are down; 200 when both hold, else 503.
+  which nodes are down; `nodes_full` lists the nodes that are up but out of writable space (no
+  new fragments go there until they have room; not a failure by itself); 200 when both hold,
+  else 503.
 - `/metrics`: Prometheus text (gateway/metrics.py).
 
 These paths are also valid S3 paths (`GET /metrics` lists a bucket named "metrics"). The S3 API
@@ -55,12 +57,14 @@ def cluster_health(cluster: Any) -> dict[str, Any]:
     """Quorum state from the cluster's current view of its nodes."""
     clients = getattr(cluster, "clients", {}) or {}
     down = sorted(nid for nid, c in clients.items() if not c.up)
+    full = sorted(nid for nid, c in clients.items() if c.up and getattr(c, "full", False))
     scheme = cluster.scheme
     up = len(clients) - len(down)
     return {
         "nodes": len(clients),
         "nodes_up": up,
         "nodes_down": down,
+        "nodes_full": full,
         "errors": {nid: clients[nid].last_error for nid in down if clients[nid].last_error},
         "k": scheme.k,
         "m": scheme.m,

@@ -13,6 +13,9 @@ What is measured, and where:
   `collections.Counter`); `ErasureStats` is a Counter that also feeds them to Prometheus, so the
   erasure layer needs to know nothing about Prometheus or the gateway.
 - Parts awaiting repair: the repair queue's files, counted at scrape time.
+- Nodes full (up, but out of writable space): set by the erasure cluster's full-node hook
+  (`ErasureCluster.full_observers`) whenever the set changes; with several workers the
+  largest of their views.
 
 Several workers: `zonegate serve` calls `prepare_multiprocess()` before uvicorn starts its
 workers; each worker then writes its samples to files in PROMETHEUS_MULTIPROC_DIR and whichever
@@ -164,6 +167,9 @@ class GatewayMetrics:
             f"{PREFIX}_failed_quorum_writes", "Part writes refused because fewer nodes than the "
             "write quorum took their fragment.", registry=r)
         self.parts_written = Counter(f"{PREFIX}_parts_written", "Parts written.", registry=r)
+        self.nodes_full = Gauge(f"{PREFIX}_nodes_full", "Storage nodes that are up but out of "
+                                "writable space: new fragments go to other nodes.", registry=r,
+                                multiprocess_mode="livemax")
         self.write_quorum = Gauge(f"{PREFIX}_write_quorum", "Fragment writes a part needs "
                                   "(the cluster config's write_quorum): nodes that must be up "
                                   "for uploads.", registry=r, multiprocess_mode="max")
@@ -447,6 +453,9 @@ def instrument_cluster(cluster: Any, metrics: GatewayMetrics | None = None) -> N
         m.write_quorum.set(cluster.write_quorum)
     if hasattr(cluster, "trace_configs"):
         cluster.trace_configs.append(NodeCallMetrics(m))
+    if hasattr(cluster, "full_observers"):
+        m.nodes_full.set(0)
+        cluster.full_observers.append(lambda full: m.nodes_full.set(len(full)))
     queue = getattr(cluster, "repair_queue", None)
     if queue is not None:
         # made now, not at the first queued part: its existence tells `zonegate status` that

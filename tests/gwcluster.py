@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from botocore.config import Config
 
 from erasure.config import write_config
 from tests.nodeproc import MALLOC_ENV, NodeCluster
+from zonestore.emulated import Geometry
 
 ACCESS_KEY = "GWTESTACCESSKEY00001"
 SECRET_KEY = "gwTestSecretKey/0123456789abcdefghijklm"
@@ -43,10 +45,11 @@ class Gateway:
     def __init__(self, root: Path, *, nodes: int = 6, k: int = 4, m: int = 2,
                  workers: int = 1, segment_size: int = 1024 * 1024,
                  gateway_options: dict[str, Any] | None = None,
-                 geometry: Any = None) -> None:
+                 geometry: Geometry | None = None, node_args: Sequence[str] = ()) -> None:
         self.root = Path(root)
         self.nodes = NodeCluster(self.root / "nodes", nodes, drives_per_node=1,
-                                 secret="gw-test-secret", geometry=geometry)
+                                 secret="gw-test-secret", geometry=geometry,
+                                 extra_args=node_args)
         self.k, self.m, self.workers, self.segment_size = k, m, workers, segment_size
         self.gateway_options = dict(gateway_options or {})
         self.port = 0

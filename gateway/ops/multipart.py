@@ -1,7 +1,8 @@
 """Multipart uploads: Create, UploadPart, UploadPartCopy, Complete, Abort, ListParts,
 ListMultipartUploads.
 
-Each part is its own erasure-coded part (uid = fresh uuid + `.p{n}`, stream hint = upload id),
+Each part is its own erasure-coded part (uid = fresh uuid + `.p{n}`, stream hint = the key's
+"directory", gateway/streams.py),
 so re-uploading a part number never touches the fragments of the earlier attempt until the
 store has swapped them. Complete writes a manifest part (part 0) naming the parts in order and
 the final object metadata, so `recover-metadata` can rebuild the object from the nodes.
@@ -55,6 +56,7 @@ from gateway.ops.objects import (
     store_object,
 )
 from gateway.storage import MANIFEST_PART, CopyBody, new_version, part_uid
+from gateway.streams import stream_hint
 
 
 async def _get_upload(req: S3Request) -> UploadRecord:
@@ -122,7 +124,8 @@ async def _store_part(req: S3Request, up: UploadRecord, number: int, body: Any) 
 
     layout, mark = await req.gw.storage.write(req.gw.store, part_uid(new_version(), number),
                                               body, length=known_length(body),
-                                              stream=up.upload_id, meta=archive_meta)
+                                              stream=stream_hint(up.bucket, up.key),
+                                              meta=archive_meta)
     size, etag, ck = body_result(body)
     part = PartRecord(upload_id=up.upload_id, number=number, size=size, etag=etag,
                       last_modified=now(), layout=layout, checksum=ck)
@@ -298,8 +301,8 @@ async def complete_upload(req: S3Request) -> Response:
         # a fresh uid per attempt: a retried Complete must not reuse the uid of a failed
         # write, whose pending mark makes the sweeper delete whatever carries it
         req.gw.store, part_uid(new_version(), MANIFEST_PART), one(), length=len(manifest),
-        stream=up.upload_id, meta=lambda _: {"kind": "manifest", "upload": up.upload_id,
-                                             "object": object_meta(rec)})
+        stream=stream_hint(up.bucket, up.key),
+        meta=lambda _: {"kind": "manifest", "upload": up.upload_id, "object": object_meta(rec)})
     try:
         await store_object(req, rec, [mark], upload_id=up.upload_id, if_absent=if_absent,
                            if_version=if_version)

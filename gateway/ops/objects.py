@@ -42,6 +42,7 @@ from gateway.ops.common import (
     xml_response,
 )
 from gateway.storage import COALESCE, MANIFEST_PART, new_version, part_uid
+from gateway.streams import stream_hint
 
 RESPONSE_OVERRIDES = {
     "response-content-type": "Content-Type",
@@ -149,7 +150,8 @@ async def write_single(req: S3Request, rec: ObjectRecord, body: Any,
 
     layout, mark = await req.gw.storage.write(
         req.gw.store, part_uid(rec.version, 1), body if source is None else source,
-        length=known_length(body) if length is None else length, stream=rec.bucket,
+        length=known_length(body) if length is None else length,
+        stream=stream_hint(rec.bucket, rec.key),
         meta=archive_meta)
     rec.parts = [{"number": 1, "size": rec.size, "etag": rec.etag, "layout": layout}]
     return mark
@@ -203,7 +205,7 @@ async def write_streamed(req: S3Request, rec: ObjectRecord, body: Any) -> list[i
             size = len(data)
             layout, mark = await req.gw.storage.write(
                 req.gw.store, part_uid(rec.version, n), _one(data), length=size,
-                stream=rec.bucket,
+                stream=stream_hint(rec.bucket, rec.key),
                 meta=lambda _, n=n, size=size, etag=etag: {
                     "kind": "part", "bucket": rec.bucket, "key": rec.key,
                     "upload": rec.version, "part": n, "part_size": size, "part_etag": etag})
@@ -222,7 +224,7 @@ async def write_streamed(req: S3Request, rec: ObjectRecord, body: Any) -> list[i
                               separators=(",", ":")).encode()
         rec.manifest, mark = await req.gw.storage.write(
             req.gw.store, part_uid(rec.version, MANIFEST_PART), _one(manifest),
-            length=len(manifest), stream=rec.bucket,
+            length=len(manifest), stream=stream_hint(rec.bucket, rec.key),
             meta=lambda _: {"kind": "manifest", "upload": rec.version,
                             "object": object_meta(rec)})
         marks.append(mark)

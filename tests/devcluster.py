@@ -89,6 +89,11 @@ class DevCluster:
         return self.data / "tls" / "cert.pem" if self.tls else None
 
     @property
+    def ca(self) -> Path | None:
+        """The dev CA that signed the server certificate: what clients are told to trust."""
+        return self.data / "tls" / "ca.pem" if self.tls else None
+
+    @property
     def verify(self) -> str | bool:
         """What boto3's `verify=` takes: the self-signed certificate's path, or False for HTTP."""
         return str(self.cert) if self.tls else False

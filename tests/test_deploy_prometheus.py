@@ -115,11 +115,18 @@ def test_every_dashboard_query_returns_series(dev, tmp_path):
     base = f"http://{listen}"
     try:
         wait_for("every target up", lambda: all_up(base, 13), timeout=120)
+        def value(expr: str) -> float:
+            res = api(base, "query", query=expr)["data"]["result"]
+            return float(res[0]["value"][1]) if res else 0.0
+
+        # A counter's series appears with its first request, and a rate needs an increase
+        # between two scrapes of it: traffic until Prometheus has the series, then again.
         traffic(dev)
-        # rates need two scrapes after the traffic in their window
-        wait_for("the traffic in Prometheus", lambda: float(
-            (api(base, "query", query="sum(rate(zonegate_gateway_received_bytes_total[1m]))")
-             ["data"]["result"] or [{"value": [0, "0"]}])[0]["value"][1]) > 0, timeout=150)
+        wait_for("the counters in Prometheus", lambda: value(
+            "sum(zonegate_gateway_received_bytes_total)") > 0, timeout=150)
+        traffic(dev)
+        wait_for("the traffic in Prometheus", lambda: value(
+            "sum(rate(zonegate_gateway_received_bytes_total[1m]))") > 0, timeout=150)
         time.sleep(3)
         empty, failed = [], []
         for title, expr in dashboard_exprs():

@@ -72,8 +72,8 @@ def test_dev_prints_how_to_connect(cluster):
     out = cluster.output()
     assert f"endpoint:    {cluster.endpoint}" in out
     if cluster.tls:
-        assert f"certificate: {cluster.cert}" in out
-        assert f"--ca-bundle {cluster.cert}" in out
+        assert f"trust CA:    {cluster.ca}" in out
+        assert f"--ca-bundle {cluster.ca}" in out
 
 
 # ------------------------------------------------------------------------------- buckets

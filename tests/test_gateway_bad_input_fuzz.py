@@ -386,7 +386,8 @@ BIG = "4" * 4301
 @pytest.mark.parametrize("rng,status", [
     (f"bytes=0-{BIG}", 206),          # an end past any object is cut at the end
     (f"bytes={BIG}-", 416),           # a start past the end: InvalidRange
-    (f"bytes={BIG}-{BIG}", 416),
+    # two such numbers make the head itself too large (> 8 KiB): refused before parsing
+    (f"bytes={BIG}-{BIG}", 400),
     (f"bytes=-{BIG}", 206),           # a suffix longer than the object: all of it
     ("bytes=-0", 416),
     ("bytes=²-5", 200),               # malformed: ignored, as S3 does
@@ -402,7 +403,7 @@ def test_issue_ranges(cu, method, rng, status):
 
 @pytest.mark.parametrize("rng,expect", [
     (f"bytes=0-{BIG}", (416, "InvalidRange")),
-    (f"bytes={BIG}-{BIG}", (416, "InvalidRange")),
+    (f"bytes={BIG}-{BIG}", (400, "RequestHeaderSectionTooLarge")),  # a head over 8 KiB
     ("bytes=²-3", (400, "InvalidArgument")),
     ("bytes=0-9", (200, "")),
 ])

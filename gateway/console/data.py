@@ -191,6 +191,8 @@ class ConsoleData:
         zones: dict[str, int] = {}
         for nid, client in (getattr(cluster, "clients", {}) or {}).items():
             st, err = stats.get(nid, (None, "unknown"))
+            if not client.up:  # down since the cached stats were read: they are stale
+                st, err = None, err or client.last_error or "down"
             node: dict[str, Any] = {"id": nid, "url": client.spec.url,
                                     "domain": client.spec.domain, "up": bool(client.up and st),
                                     "error": err, "drives": []}

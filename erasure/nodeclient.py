@@ -313,15 +313,9 @@ class NodeClient:
 
     async def list(self, prefix: str = "", after: str = "", limit: int = 1000
                    ) -> tuple[list[RecordHead], str | None]:
-        path = "/v1/records"
         query = {"prefix": prefix, "after": after, "limit": str(limit)}
         try:
-            async with await self._send("list", "GET", path, params=query,
-                                        headers=self._headers("GET", path, query, b""),
-                                        timeout=self._timeout()) as resp:
-                if resp.status != 200:
-                    raise await self._error(resp)
-                body = await resp.json(content_type=None)
+            body = await self._get_json("list", "/v1/records", query)
         except NodeError:
             raise
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
@@ -357,39 +351,33 @@ class NodeClient:
             self._down(e)
         return self.up
 
-    async def stats(self) -> dict:
-        path = "/v1/stats"
-        async with await self._send("stats", "GET", path,
-                                    headers=self._headers("GET", path, {}, b""),
+    async def _get_json(self, operation: str, path: str, query: dict[str, str] | None = None,
+                        *, missing: Any = NotImplemented) -> Any:
+        """A signed GET answered with JSON; NodeError on any other status than 200 (or, when
+        `missing` is given, that value on a 404)."""
+        query = query or {}
+        async with await self._send(operation, "GET", path, params=query or None,
+                                    headers=self._headers("GET", path, query, b""),
                                     timeout=self._timeout()) as resp:
+            if resp.status == 404 and missing is not NotImplemented:
+                return missing
             if resp.status != 200:
                 raise await self._error(resp)
             return await resp.json(content_type=None)
+
+    async def stats(self) -> dict:
+        return await self._get_json("stats", "/v1/stats")
 
     async def zones(self) -> dict:
         """Per-zone state of every drive (`GET /v1/zones`: condition, capacity, written, live,
         garbage, reclaiming). A node without that endpoint raises NodeError with status 404."""
-        path = "/v1/zones"
-        async with await self._send("zones", "GET", path,
-                                    headers=self._headers("GET", path, {}, b""),
-                                    timeout=self._timeout()) as resp:
-            if resp.status != 200:
-                raise await self._error(resp)
-            return await resp.json(content_type=None)
+        return await self._get_json("zones", "/v1/zones")
 
     async def damage(self) -> list[dict]:
         """Records the node's scrubber found damaged (`GET /v1/damage`): dicts with id, drive,
         seq, length, error. [] from a node without a scrubber (404)."""
-        path = "/v1/damage"
         try:
-            async with await self._send("damage", "GET", path,
-                                        headers=self._headers("GET", path, {}, b""),
-                                        timeout=self._timeout()) as resp:
-                if resp.status == 404:
-                    return []
-                if resp.status != 200:
-                    raise await self._error(resp)
-                body = await resp.json(content_type=None)
+            body = await self._get_json("damage", "/v1/damage", missing={})
         except NodeError:
             raise
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:

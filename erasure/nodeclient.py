@@ -33,6 +33,7 @@ import aiohttp
 from aiohttp import http_writer
 
 from erasure.config import NodeSpec
+from zonestore.logsetup import REQUEST_ID, REQUEST_ID_HEADER
 from zonestore.nodeauth import sign_headers
 
 # aiohttp.web closes idle keep-alive connections after 75 s, uvicorn after 5 s: stay below both,
@@ -189,7 +190,11 @@ class NodeClient:
     def _headers(self, method: str, path: str, query: dict[str, str],
                  body: bytes | None) -> dict[str, str]:
         # Bound to this node: a captured request cannot be replayed to another one.
-        return sign_headers(self.secret, method, path, query, body, node=self.id)
+        headers = sign_headers(self.secret, method, path, query, body, node=self.id)
+        rid = REQUEST_ID.get()
+        if rid != "-":  # the S3 request this serves, for the node's log lines
+            headers[REQUEST_ID_HEADER] = rid
+        return headers
 
     def _down(self, exc: BaseException) -> NodeUnavailable:
         self.up = False

@@ -637,6 +637,8 @@ class Launcher:
             f"  data:        {self.data}   (config {self.config_path})",
             f"  logs:        {self.data / 'logs'}",
         ]
+        if self.cfg.get("gateway", {}).get("console", True) is not False:
+            lines.append(f"  console:     {self.endpoint}/console/   (log in with the keys above)")
         if self.ca:
             lines.append(f"  trust CA:    {self.ca}   (e.g. AWS_CA_BUNDLE / SSL_CERT_FILE)")
         if self.prometheus_url:

@@ -19,11 +19,21 @@ from __future__ import annotations
 import json
 import logging
 import logging.config
+import re
 import time
 from contextvars import ContextVar
 from typing import Any
 
 REQUEST_ID: ContextVar[str] = ContextVar("zonegate_request_id", default="-")
+# The gateway sends the S3 request id it serves to the nodes, so their lines carry it too.
+REQUEST_ID_HEADER = "X-ZG-Request-Id"
+_RID = re.compile(r"[0-9A-Za-z._-]{1,64}")
+
+
+def take_request_id(headers: Any) -> None:
+    """Set REQUEST_ID from a request's X-ZG-Request-Id (a short token; anything else: "-")."""
+    rid = headers.get(REQUEST_ID_HEADER)
+    REQUEST_ID.set(rid if rid is not None and _RID.fullmatch(rid) else "-")
 FORMATS = ("text", "json")
 TEXT = ("%(asctime)s pid=%(process)d %(role)s %(levelname)s %(name)s rid=%(request_id)s: "
         "%(message)s")

@@ -60,6 +60,7 @@ from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
+from zonestore.logsetup import take_request_id
 from zonestore.node.body import CHUNK
 from zonestore.node.errors import error_body, refusal
 from zonestore.node.handlers import put_params, store_put
@@ -616,6 +617,7 @@ class LeanProtocol(asyncio.Protocol):
     async def _serve(self, req: _Request) -> None:
         state = self.server.state
         start = time.perf_counter()
+        take_request_id(req.headers)
         status = 500
         close = not req.keep_alive
         try:

@@ -34,6 +34,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from zonestore.device import ZonedDevice
 from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_drive
+from zonestore.logsetup import take_request_id
 from zonestore.node.auth import AuthCheck, check_signature, make_auth_check
 from zonestore.node.errors import error_response, json_error
 from zonestore.node.fastput import Delegate, LeanServer
@@ -223,6 +224,7 @@ def _node_middleware(state: NodeState, auth: AuthCheck):
     async def node_middleware(request: web.Request, handler) -> web.StreamResponse:
         start = time.perf_counter()
         status = 500
+        take_request_id(request.headers)
         lent = request.transport
         if type(lent) is not Delegate:
             lent = None

@@ -39,6 +39,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_group(proc: subprocess.Popen | None, timeout: float = 20.0) -> None:
+    """SIGTERM a `zonegate serve` (its whole process group), SIGKILL it if it lingers."""
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 class Gateway:
     """Nodes + one `zonegate serve` process under root."""
 
@@ -105,13 +116,7 @@ class Gateway:
         raise RuntimeError(f"gateway not up after 60 s:\n{self.log_tail()}")
 
     def stop_gateway(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc)
         self.proc = None
 
     def stop(self) -> None:

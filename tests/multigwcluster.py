@@ -23,7 +23,14 @@ import boto3
 from botocore.config import Config
 
 from erasure.config import write_config
-from tests.gwcluster import ACCESS_KEY, OTHER_ACCESS, OTHER_SECRET, SECRET_KEY, free_port
+from tests.gwcluster import (
+    ACCESS_KEY,
+    OTHER_ACCESS,
+    OTHER_SECRET,
+    SECRET_KEY,
+    free_port,
+    stop_group,
+)
 from tests.nodeproc import MALLOC_ENV, NodeCluster
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -155,13 +162,7 @@ class MultiGateway:
 
     def stop_gateway(self, i: int) -> None:
         gw = self.gws[i]
-        if gw.proc is not None and gw.proc.poll() is None:
-            os.killpg(gw.proc.pid, signal.SIGTERM)
-            try:
-                gw.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(gw.proc.pid, signal.SIGKILL)
-                gw.proc.wait()
+        stop_group(gw.proc)
         gw.proc = None
 
     def stop(self) -> None:

@@ -61,10 +61,12 @@ class NodeProcess:
         self.proc: subprocess.Popen | None = None
         self.log_path = root / f"{node_id}.log"
         self.port_file = root / f"{node_id}.port"
+        self.host = "127.0.0.1"
+        self.netns: str | None = None  # run inside this network namespace (a test's host)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def running(self) -> bool:
@@ -212,11 +214,13 @@ class NodeCluster:
         with contextlib.suppress(FileNotFoundError):
             node.port_file.unlink()
         argv = [sys.executable, "-m", "zonestore.node", "--id", node.node_id,
-                "--listen", f"127.0.0.1:{node.port}", "--secret-file", str(self.secret_file),
+                "--listen", f"{node.host}:{node.port}", "--secret-file", str(self.secret_file),
                 "--port-file", str(node.port_file)]
         for d in node.drives:
             argv += ["--drive", str(d)]
         argv += self.extra_args
+        if node.netns:
+            argv = ["ip", "netns", "exec", node.netns, *argv]
         with open(node.log_path, "ab") as logf:
             node.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
                                          stderr=subprocess.STDOUT, env=self.env,

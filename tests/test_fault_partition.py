@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -22,7 +21,7 @@ import pytest
 
 from erasure.config import ClusterConfig, write_config
 from tests.gwcluster import Gateway, wait_for
-from tests.nodeproc import NodeCluster, NodeProcess
+from tests.nodeproc import NodeCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -77,39 +76,14 @@ class Namespaces:
                            timeout=30)
 
 
-class NamespacedNode(NodeProcess):
-    host = "127.0.0.1"
-    netns: str | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-
 class PartitionableNodes(NodeCluster):
     """tests/nodeproc's cluster, some of whose nodes run inside network namespaces."""
 
     def __init__(self, *args, namespaces: Namespaces, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.nodes = [NamespacedNode(n.root, n.index, n.node_id, n.drives) for n in self.nodes]
         for i, ns in zip(PARTITIONED, namespaces.names, strict=True):
             self.nodes[i].netns = ns
             self.nodes[i].host = namespaces.address(PARTITIONED.index(i))
-
-    def _spawn(self, node: NamespacedNode) -> None:  # type: ignore[override]
-        if node.port_file.exists():
-            node.port_file.unlink()
-        argv = [sys.executable, "-m", "zonestore.node", "--id", node.node_id,
-                "--listen", f"{node.host}:{node.port}", "--secret-file", str(self.secret_file),
-                "--port-file", str(node.port_file)]
-        for d in node.drives:
-            argv += ["--drive", str(d)]
-        if node.netns:
-            argv = ["ip", "netns", "exec", node.netns, *argv]
-        with open(node.log_path, "ab") as logf:
-            node.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
-                                         stderr=subprocess.STDOUT, env=self.env,
-                                         start_new_session=True)
 
 
 def cluster_health(g: Gateway) -> dict:

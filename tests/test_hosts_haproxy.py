@@ -19,7 +19,6 @@ import random
 import secrets
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -116,39 +115,16 @@ class Hosts:
         return out["value"]
 
 
-class HostNode(NodeProcess):
-    host = "127.0.0.1"
-    netns: str | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-
 class HostNodes(NodeCluster):
     """tests/nodeproc's nodes, each on a host (namespace) of its own at NODE_PORT."""
 
     def __init__(self, root: Path, hosts: Hosts) -> None:
         super().__init__(root, NODES, drives_per_node=1, secret="gw-test-secret")
         self.net = hosts
-        self.nodes = [HostNode(n.root, n.index, n.node_id, n.drives) for n in self.nodes]
         for i, node in enumerate(self.nodes):
             node.netns, node.host, node.port = hosts.ns(f"n{i}"), hosts.addr(f"n{i}"), NODE_PORT
 
-    def _spawn(self, node: HostNode) -> None:  # type: ignore[override]
-        if node.port_file.exists():
-            node.port_file.unlink()
-        argv = ["ip", "netns", "exec", node.netns, sys.executable, "-m", "zonestore.node",
-                "--id", node.node_id, "--listen", f"{node.host}:{node.port}",
-                "--secret-file", str(self.secret_file), "--port-file", str(node.port_file)]
-        for d in node.drives:
-            argv += ["--drive", str(d)]
-        with open(node.log_path, "ab") as logf:
-            node.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
-                                         stderr=subprocess.STDOUT, env=self.env,
-                                         start_new_session=True)
-
-    def _ready(self, node: HostNode) -> bool:  # type: ignore[override]
+    def _ready(self, node: NodeProcess) -> bool:  # type: ignore[override]
         return self.net.call("client", lambda: NodeCluster._ready(self, node))
 
 

@@ -120,7 +120,10 @@ async def _no_bytes() -> AsyncIterator[bytes]:
 async def write_marker(cluster: Any, rec: BucketRecord) -> None:
     """Write the bucket's marker; returns once it is durable on the write quorum. Raises
     erasure.errors.QuorumError (nothing left behind) when too few nodes are up."""
-    await cluster.write_part(marker_uid(rec.name, rec.created), _no_bytes(), length=0,
+    uid = marker_uid(rec.name, rec.created)
+    # the one uid written again (after a failed try): a deletion record of it must go first
+    await cluster.deletions.forget(uid)
+    await cluster.write_part(uid, _no_bytes(), length=0,
                              stream=STREAM, meta=lambda _result: marker_meta(rec))
 
 

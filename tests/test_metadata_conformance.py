@@ -35,6 +35,7 @@ delimiters = st.sampled_from(["", "/", "é", "a"])
 buckets = st.sampled_from(["b1", "b2", "b3"])
 owners = st.sampled_from(["alice", "bob"])
 times = st.sampled_from([1.0, 2.5, 1e9, 1.7e9 + 0.123456])
+part_uids = st.sampled_from(["p1.p1", "p2.p1", "bucket:b1:1", "p\u00e9.p2"])
 
 
 class Env:
@@ -69,7 +70,8 @@ class SameAnswers(RuleBasedStateMachine):
     def setup(self) -> None:
         env = self.env
         env.loop.run_until_complete(env.pg._p().execute(
-            "TRUNCATE buckets, objects, uploads, parts, orphans RESTART IDENTITY"))
+            "TRUNCATE buckets, objects, uploads, parts, orphans, repairs, deletions "
+            "RESTART IDENTITY"))
         self.sqlite = SqliteStore(env.tmp / f"m{next(self.counter)}.sqlite")
         self.versions: list[str] = ["v-none"]
         self.uploads: list[str] = ["u-none"]
@@ -258,6 +260,79 @@ class SameAnswers(RuleBasedStateMachine):
         assert a == b
         a, b = self.both(lambda s: s.next_due())
         assert (a[1] is None) == (b[1] is None)
+
+    # -- repair queue and deletion records ------------------------------------------------
+    @rule(uid=part_uids, indexes=st.lists(st.integers(0, 5), max_size=3),
+          reason=st.sampled_from(["write: f01", "read: f02", "scrub"]))
+    def repair_add(self, uid: str, indexes: list[int], reason: str) -> None:
+        layout = {"part_uid": uid, "placement": {"0": "n1"}, "n": len(indexes)}
+        self.same(lambda s: s.repair_add(layout, indexes, reason))
+
+    @rule(uid=part_uids)
+    def repair_get(self, uid: str) -> None:
+        a, b = self.both(lambda s: s.repair_get(uid))
+        assert untimed(a) == untimed(b)
+
+    @rule()
+    def repair_list(self) -> None:
+        a, b = self.both(lambda s: s.repair_list())
+        assert untimed(a) == untimed(b)
+
+    @rule(limit=st.integers(1, 3), lease=st.sampled_from([0.0, 10_000.0]))
+    def repair_claim(self, limit: int, lease: float) -> None:
+        a, b = self.both(lambda s: s.repair_claim(limit, lease))
+        assert untimed(a) == untimed(b)
+
+    @rule(uid=part_uids, indexes=st.lists(st.integers(0, 5), max_size=3))
+    def repair_resolve(self, uid: str, indexes: list[int]) -> None:
+        self.same(lambda s: s.repair_resolve(uid, indexes))
+
+    @rule(uid=part_uids, delay=st.sampled_from([0.0, 10_000.0]))
+    def repair_retry(self, uid: str, delay: float) -> None:
+        self.same(lambda s: s.repair_retry(uid, delay))
+
+    @rule(uid=part_uids)
+    def repair_done(self, uid: str) -> None:
+        self.same(lambda s: s.repair_done(uid))
+
+    @rule()
+    def repair_wake(self) -> None:
+        self.same(lambda s: s.repair_wake())
+
+    @rule(uid=part_uids, op=st.sampled_from(["begin", "end", "forget"]))
+    def deletion_change(self, uid: str, op: str) -> None:
+        self.same(lambda s: getattr(s, f"deletion_{op}")(uid))
+
+    @rule(uid=part_uids)
+    def deletion_state(self, uid: str) -> None:
+        self.same(lambda s: s.deletion_state(uid))
+
+    @rule(all_done=st.booleans())
+    def deletion_prune(self, all_done: bool) -> None:
+        self.same(lambda s: s.deletion_prune(1e12 if all_done else 0.0))
+
+    @invariant()
+    def same_queues(self) -> None:
+        if not hasattr(self, "sqlite"):
+            return
+        for call in (lambda s: s.repair_count(), lambda s: s.deletions(),
+                     lambda s: s.deletions_unfinished()):
+            a, b = self.both(call)
+            assert a == b
+        a, b = self.both(lambda s: s.repair_next_due())
+        assert (a[1] is None) == (b[1] is None)
+
+
+def untimed(answer: tuple[str, Any]) -> Any:
+    """An answer holding repair entries, without their `since` (each store's own clock)."""
+    def strip(v: Any) -> Any:
+        d = plain(v)
+        d.pop("since", None)
+        return d
+    kind, v = answer
+    if kind != "ok" or v is None:
+        return answer
+    return kind, [strip(x) for x in v] if isinstance(v, list) else strip(v)
 
 
 def queued(store: Any, loop: asyncio.AbstractEventLoop) -> list[str]:

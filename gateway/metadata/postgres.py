@@ -36,6 +36,8 @@ import asyncpg
 
 from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
 from gateway.metadata.partscache import PartsCache
+from gateway.metadata.queues_pg import MIGRATION as QUEUES_MIGRATION
+from gateway.metadata.queues_pg import PostgresQueues
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -79,6 +81,8 @@ MIGRATIONS: list[str] = [
                           due DOUBLE PRECISION NOT NULL);
     CREATE INDEX orphans_due ON orphans (due, id);
     """,
+    # the repair queue and deletion records, shared by every gateway (issue 13)
+    QUEUES_MIGRATION,
 ]
 
 # What a lost, restarting or overloaded database raises: the request gets 503 SlowDown.
@@ -155,7 +159,9 @@ def _part(r: Any) -> PartRecord:
     return PartRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
 
 
-class PostgresStore(MetadataStore):
+class PostgresStore(PostgresQueues, MetadataStore):
+    _again = _Again
+
     def __init__(self, url: str, *, free_delay: float = 0.0, password_file: str | None = None,
                  pool_size: int = POOL_SIZE, connect_timeout: float = CONNECT_TIMEOUT,
                  command_timeout: float = COMMAND_TIMEOUT) -> None:

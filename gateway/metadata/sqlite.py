@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
+from gateway.metadata.queues_sqlite import MIGRATION as QUEUES_MIGRATION
+from gateway.metadata.queues_sqlite import SqliteQueues
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -65,6 +67,8 @@ MIGRATIONS: list[str] = [
                           due REAL NOT NULL);
     CREATE INDEX orphans_due ON orphans (due);
     """,
+    # the repair queue and deletion records, shared by every gateway (issue 13)
+    QUEUES_MIGRATION,
 ]
 
 
@@ -76,7 +80,7 @@ PARTS_CACHE_BYTES = 16 * 1024 * 1024
 _k, _s = key_bytes, key_str
 
 
-class SqliteStore(MetadataStore):
+class SqliteStore(SqliteQueues, MetadataStore):
     def __init__(self, path: str | Path, *, free_delay: float = 0.0) -> None:
         self.path = str(path)
         # Seconds between an object's data being replaced or deleted and its fragments

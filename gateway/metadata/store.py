@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import S3Error
+from gateway.metadata.queues import QueueStore
 
 
 @dataclass
@@ -114,7 +115,7 @@ class StoreUnavailableError(S3Error):
         return self.detail
 
 
-class MetadataStore(abc.ABC):
+class MetadataStore(QueueStore, abc.ABC):
     """What the S3 operations need from metadata. Old layouts freed by a call are queued in the
     orphan queue inside the same transaction, so a crash never loses track of them.
 
@@ -220,6 +221,8 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     async def orphan_count(self) -> int: ...
+
+    # repair queue and deletion records: see gateway/metadata/queues.py (QueueStore)
 
     # fragment audit
     @abc.abstractmethod

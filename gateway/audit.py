@@ -33,6 +33,12 @@ class Owners:
         what = (self._snap or {}).get(part_uid)
         return None if what in (None, "live") else what
 
+    def queues(self) -> dict[str, Any]:
+        """ErasureCluster keyword arguments: the repair queue and deletion records that the
+        gateways share in this store."""
+        from gateway.queues import shared_queues
+        return shared_queues(self.store)
+
     async def close(self) -> None:
         await self.store.close()
 

@@ -199,7 +199,9 @@ def cmd_bucket_markers(args: argparse.Namespace) -> int:
     store = store_from_config(config.gateway)
 
     async def run(prog: Any) -> EnsureReport:
-        cluster = ErasureCluster(config, health_interval=0, auto_repair=False)
+        from gateway.queues import shared_queues
+        cluster = ErasureCluster(config, health_interval=0, auto_repair=False,
+                                 **shared_queues(store))
         try:
             await store.start()
             await cluster.start()

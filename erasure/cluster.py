@@ -42,7 +42,7 @@ HEAL_BACKOFF = 2.0   # seconds before the first retry, doubling
 HEAL_PARKED = 3600.0  # seconds before a part that used up its attempts is tried again
 HEAL_LEASE = 300.0   # seconds a claimed repair record is this healer's alone
 HEAL_POLL = 30.0     # seconds between looks at the queue when nothing woke the healer
-HEAL_BATCH = 8
+HEAL_BATCH = 1       # records per claim: each lease starts when its own heal does
 SCRUB_CHECK_INTERVAL = 60.0  # seconds between fetches of the nodes' scrub damage lists
 
 

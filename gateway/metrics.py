@@ -28,6 +28,7 @@ bucket or key.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import collections
 import logging
@@ -52,6 +53,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 log = logging.getLogger("zonegate.metrics")
+BACKLOG_TIMEOUT = 2.0  # seconds a scrape waits for the repair queue's size
 
 PREFIX = "zonegate_gateway"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -238,7 +240,9 @@ class GatewayMetrics:
         """Read the queues' sizes for the next `render` (None while one cannot be read: the
         gauge is then left out rather than reading 0)."""
         try:
-            self.repair_backlog = sum([await q.size() for q in self.repair_queues])
+            # bounded: a database that does not answer must not stall the scrape
+            self.repair_backlog = sum([await asyncio.wait_for(q.size(), BACKLOG_TIMEOUT)
+                                       for q in self.repair_queues])
         except Exception as e:
             log.debug("repair backlog not readable: %s", e)  # the store logs its outages
             self.repair_backlog = None

@@ -112,7 +112,7 @@ async def repair_backlog(cluster: Any) -> int | None:
     if queue is None:
         return None
     try:
-        return await queue.size()
+        return await asyncio.wait_for(queue.size(), 2.0)  # the page must not hang on it
     except Exception:
         return None
 

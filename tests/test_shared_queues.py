@@ -105,3 +105,20 @@ async def test_queue_files_of_an_older_gateway_are_moved_into_the_store_once(sto
     assert not (state / "repair").exists() and not (state / "deleting").exists()
     assert await import_state_dir(store, state) == (0, 0)
     assert await store.repair_count() == 1
+
+
+async def test_two_sweepers_claim_disjoint_orphans_and_a_dead_ones_lease_runs_out(
+        stores) -> None:
+    target = stores.new_target()
+    one, two = await stores.open(target), await stores.open(target)
+    await one.queue_orphans([{"part_uid": f"o{i:02d}.p1"} for i in range(20)])
+    got: list[str] = []
+    for _ in range(5):
+        a, b = await asyncio.gather(one.claim_orphans(2, 600.0), two.claim_orphans(2, 600.0))
+        got += [e.layout["part_uid"] for e in a + b]
+    assert sorted(got) == [f"o{i:02d}.p1" for i in range(20)]
+    assert await two.claim_orphans(5, 600.0) == []
+    await one.queue_orphans([{"part_uid": "late.p1"}])
+    [e] = await one.claim_orphans(1, 0.0)  # claimed by a sweeper that dies: lease runs out
+    [again] = await two.claim_orphans(1, 600.0)
+    assert again.id == e.id

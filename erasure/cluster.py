@@ -100,6 +100,7 @@ class ErasureCluster:
         self._purger: asyncio.Task | None = None
         self._heal_kick: asyncio.Event | None = None
         self._healer: asyncio.Task | None = None
+        self._wakers: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         self._session = make_session(trace_configs=self.trace_configs or None)
@@ -118,7 +119,7 @@ class ErasureCluster:
     async def close(self) -> None:
         # unfinished heals stay in the repair queue (a lease held runs out) for the next
         # healer or `zonegate repair`
-        tasks = [t for t in (self._health, self._healer, self._purger) if t]
+        tasks = [t for t in (self._health, self._healer, self._purger, *self._wakers) if t]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -158,16 +159,21 @@ class ErasureCluster:
         deletions left unfinished because a node was down (both in a background task)."""
         if self._heal_kick is None:
             return
+        t = asyncio.create_task(self._wake())
+        self._wakers.add(t)
+        t.add_done_callback(self._wakers.discard)
         if self._purger is None or self._purger.done():
-            self._purger = asyncio.create_task(self._wake_and_finish())
+            self._purger = asyncio.create_task(self._finish_deletions())
 
-    async def _wake_and_finish(self) -> None:
+    async def _wake(self) -> None:
         try:
             await self.repair_queue.wake()
         except Exception as e:  # the store is away: the healer's next poll finds them
             log.warning("could not wake the repair queue: %s", e)
         if self._heal_kick is not None:
             self._heal_kick.set()
+
+    async def _finish_deletions(self) -> None:
         try:
             uids = await self.deletions.unfinished()
         except Exception as e:

@@ -24,7 +24,12 @@ TABLES: dict[str, str] = {
     "parts": "upload_id, number, size, etag, last_modified, layout, checksum",
     # ids are the target's own (a new sequence); only what is queued and when it is due moves
     "orphans": "layout, due",
+    # the shared repair queue and deletion records: a moved cluster forgets no pending repair
+    "repairs": "part_uid, layout, indexes, reason, since, due, leased, attempts",
+    "deletions": "part_uid, done, since",
 }
+# rows whose SQLite types are not the PostgreSQL column's (0/1 for BOOLEAN)
+CONVERT = {"deletions": lambda r: (r[0], bool(r[1]), r[2])}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -87,7 +92,10 @@ async def copy_store(source: str, target: str, password_file: str | None = None
                 cur = src.execute(f"SELECT {cols} FROM {table}")
                 names = [x.strip() for x in cols.split(",")]
                 n = 0
+                conv = CONVERT.get(table)
                 while rows := cur.fetchmany(5000):
+                    if conv is not None:
+                        rows = [conv(r) for r in rows]
                     await c.copy_records_to_table(table, records=rows, columns=names)
                     n += len(rows)
                 counts[table] = n

@@ -110,7 +110,11 @@ class Gateway:
         queue = getattr(getattr(self.storage, "cluster", None), "repair_queue", None)
         if erasure is None or not isinstance(queue, StoreRepairQueue):
             return
-        await import_state_dir(self.store, erasure.state_dir)
+        try:
+            await import_state_dir(self.store, erasure.state_dir)
+        except Exception as e:  # the files stay where they are: the next start tries again
+            log.error("repair queue files under %s not moved into the metadata store: %s",
+                      erasure.state_dir, e)
 
     async def sweep_once(self) -> int:
         """Abort abandoned uploads, then delete queued orphan fragments. Returns parts freed."""

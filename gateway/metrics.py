@@ -232,9 +232,9 @@ class GatewayMetrics:
         metric.inc(amount)
 
     def watch_repair_queue(self, queue: Any) -> None:
-        """Report the parts queued in `queue` (an erasure RepairStore, with `size()`)."""
-        if all(q is not queue for q in self.repair_queues):
-            self.repair_queues.append(queue)
+        """Report the parts queued in `queue` (an erasure RepairStore, with `size()`): the
+        one gateway of this process's (an app made again replaces the last one's)."""
+        self.repair_queues = [queue]
 
     async def refresh_repair_backlog(self) -> None:
         """Read the queues' sizes for the next `render` (None while one cannot be read: the

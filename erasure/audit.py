@@ -52,7 +52,7 @@ async def audit(cluster: ErasureCluster, owners: Callable[[], Awaitable[dict[str
         report.parts += 1
         report.fragments += sum(len(n) for n in p.fragments.values())
         report.extra_copies += sum(len(n) - 1 for n in p.fragments.values())
-        what = snapshot.get(p.part_uid) or _erasure_owner(cluster, p.part_uid)
+        what = snapshot.get(p.part_uid) or await _erasure_owner(cluster, p.part_uid)
         if what:
             report.owners[what] += 1
         else:
@@ -60,7 +60,7 @@ async def audit(cluster: ErasureCluster, owners: Callable[[], Awaitable[dict[str
     if suspects:
         again = await owners()
         for p in suspects:
-            what = again.get(p.part_uid) or _erasure_owner(cluster, p.part_uid)
+            what = again.get(p.part_uid) or await _erasure_owner(cluster, p.part_uid)
             if not what:
                 found = [q for q in await cluster.scan(p.part_uid + ".")
                          if q.part_uid == p.part_uid]
@@ -72,5 +72,5 @@ async def audit(cluster: ErasureCluster, owners: Callable[[], Awaitable[dict[str
     return report
 
 
-def _erasure_owner(cluster: ErasureCluster, part_uid: str) -> str | None:
-    return "queued for deletion" if cluster.deletions.pending(part_uid) else None
+async def _erasure_owner(cluster: ErasureCluster, part_uid: str) -> str | None:
+    return "queued for deletion" if await cluster.deletions.pending(part_uid) else None

@@ -15,7 +15,8 @@ from erasure.config import ClusterConfig
 from zonestore.progress import progress as make_progress
 
 # Set by the composing CLI (gateway/cli.py): config -> an object with snapshot() (part uid ->
-# owner) and why_not_rebuilt(part uid), or None. This layer cannot import the gateway.
+# owner), why_not_rebuilt(part uid) and queues() (ErasureCluster keyword arguments: the
+# shared repair queue and deletion records), or None. This layer cannot import the gateway.
 OWNERS: Callable[[ClusterConfig], Any] | None = None
 
 
@@ -58,7 +59,9 @@ def register(sub: argparse._SubParsersAction,
                           "something owns it (a live object, a pending write, a queued "
                           "deletion); exit 1 if a fragment nobody owns is found")
     rep.add_argument("--state-dir", default=None,
-                     help="where the repair queue lives (default: erasure.state_dir)")
+                     help="use the repair queue files of this directory, not the gateway "
+                          "metadata store's queue (default when there is no store here: "
+                          "erasure.state_dir)")
     rep.set_defaults(func=cmd_repair)
 
 
@@ -100,8 +103,10 @@ async def _repair(cfg: ClusterConfig, args: argparse.Namespace) -> int:
     try:
         if owners is not None:
             await owners.start()
+        # the gateways' shared queue in their store, unless told to use a state directory
+        queues = owners.queues() if owners is not None and args.state_dir is None else {}
         async with ErasureCluster(cfg, state_dir=args.state_dir, health_interval=0,
-                                  auto_repair=False) as cluster:
+                                  auto_repair=False, **queues) as cluster:
             report = await _run_repair(console, cluster, args, repair, owners)
             leaks = None
             if args.audit:

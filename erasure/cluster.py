@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -27,11 +28,21 @@ from erasure.errors import ErasureError, QuorumError
 from erasure.layout import PartLayout, PartResult, parse_archive_id, parse_archive_meta
 from erasure.nodeclient import NodeClient, NodeError, make_session
 from erasure.placement import Placement
-from erasure.repairqueue import Deletions, RepairQueue
+from erasure.repairqueue import (
+    Deletions,
+    DeletionStore,
+    RepairQueue,
+    RepairRecord,
+    RepairStore,
+)
 
 log = logging.getLogger(__name__)
 HEAL_ATTEMPTS = 5    # background rebuild tries per part before leaving it to `zonegate repair`
 HEAL_BACKOFF = 2.0   # seconds before the first retry, doubling
+HEAL_PARKED = 3600.0  # seconds before a part that used up its attempts is tried again
+HEAL_LEASE = 300.0   # seconds a claimed repair record is this healer's alone
+HEAL_POLL = 30.0     # seconds between looks at the queue when nothing woke the healer
+HEAL_BATCH = 1       # records per claim: each lease starts when its own heal does
 SCRUB_CHECK_INTERVAL = 60.0  # seconds between fetches of the nodes' scrub damage lists
 
 
@@ -55,7 +66,8 @@ class ScannedPart:
 class ErasureCluster:
     def __init__(self, config: ClusterConfig, *, state_dir: str | Path | None = None,
                  health_interval: float = 5.0, auto_repair: bool = True,
-                 full_headroom: int | None = None) -> None:
+                 full_headroom: int | None = None, repair_queue: RepairStore | None = None,
+                 deletions: DeletionStore | None = None) -> None:
         self.config = config
         self.scheme = config.erasure.scheme
         self.codec = Codec(self.scheme)
@@ -63,8 +75,11 @@ class ErasureCluster:
         self.placement = Placement(config.slots(), self.scheme.n)
         self.write_quorum = config.erasure.write_quorum
         self.node_timeout = config.erasure.node_timeout
-        self.repair_queue = RepairQueue(state_dir or config.erasure.state_dir)
-        self.deletions = Deletions(state_dir or config.erasure.state_dir)
+        # shared by every gateway when the caller passes its store's (gateway/queues.py)
+        self.repair_queue: RepairStore = repair_queue or RepairQueue(
+            state_dir or config.erasure.state_dir)
+        self.deletions: DeletionStore = deletions or Deletions(
+            state_dir or config.erasure.state_dir)
         self.health_interval = health_interval
         self.full_headroom = (2 * self.codec.fragment_size(self.scheme.segment_size)
                               if full_headroom is None else full_headroom)
@@ -80,11 +95,12 @@ class ErasureCluster:
         self.auto_repair = auto_repair
         self.scrub_check_interval = SCRUB_CHECK_INTERVAL
         self.heal_attempts = HEAL_ATTEMPTS
+        self.repair_lease = HEAL_LEASE
+        self.heal_poll = HEAL_POLL
         self._purger: asyncio.Task | None = None
-        self._heal_q: asyncio.Queue[tuple[PartLayout, list[int], int]] | None = None
+        self._heal_kick: asyncio.Event | None = None
         self._healer: asyncio.Task | None = None
-        self._retries: set[asyncio.Task] = set()
-        self._healing: set[str] = set()  # part uids queued, being healed or waiting to retry
+        self._wakers: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         self._session = make_session(trace_configs=self.trace_configs or None)
@@ -96,18 +112,19 @@ class ErasureCluster:
         if self.health_interval > 0:
             self._health = asyncio.create_task(self._health_loop())
         if self.auto_repair:
-            self._heal_q = asyncio.Queue(maxsize=10_000)
+            self._heal_kick = asyncio.Event()
             self._healer = asyncio.create_task(self._heal_loop())
             self.drain_repair_queue()  # records left by an earlier run (or a crash)
 
     async def close(self) -> None:
-        # unfinished heals stay in the on-disk repair queue for `zonegate repair`
-        tasks = [t for t in (self._health, self._healer, self._purger, *self._retries) if t]
+        # unfinished heals stay in the repair queue (a lease held runs out) for the next
+        # healer or `zonegate repair`
+        tasks = [t for t in (self._health, self._healer, self._purger, *self._wakers) if t]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._health = self._healer = None
-        self._heal_q = None
+        self._heal_kick = None
         if self._session:
             await self._session.close()
             self._session = None
@@ -137,28 +154,32 @@ class ErasureCluster:
             self.drain_repair_queue()
         return state
 
-    def drain_repair_queue(self) -> int:
-        """Hand every on-disk repair record to the background healer, and finish deletions
-        left unfinished because a node was down (in a background task); returns how many
-        records were handed over."""
-        if self._heal_q is None:
-            return 0
+    def drain_repair_queue(self) -> None:
+        """Make every repair record due now and wake the background healer, and finish
+        deletions left unfinished because a node was down (both in a background task)."""
+        if self._heal_kick is None:
+            return
+        t = asyncio.create_task(self._wake())
+        self._wakers.add(t)
+        t.add_done_callback(self._wakers.discard)
         if self._purger is None or self._purger.done():
             self._purger = asyncio.create_task(self._finish_deletions())
-        n = 0
-        for rec in self.repair_queue.records():
-            if self.deletions.known(rec.layout.part_uid):
-                self.repair_queue.done(rec.layout.part_uid)
-                continue
-            if rec.layout.part_uid not in self._healing:
-                self._enqueue_heal(rec.layout, rec.indexes, 0)
-                n += 1
-        return n
+
+    async def _wake(self) -> None:
+        try:
+            await self.repair_queue.wake()
+        except Exception as e:  # the store is away: the healer's next poll finds them
+            log.warning("could not wake the repair queue: %s", e)
+        if self._heal_kick is not None:
+            self._heal_kick.set()
 
     async def _finish_deletions(self) -> None:
-        for uid, done in self.deletions.all().items():
-            if done:
-                continue
+        try:
+            uids = await self.deletions.unfinished()
+        except Exception as e:
+            log.warning("could not read the unfinished deletions: %s", e)
+            return
+        for uid in uids:
             try:
                 await self.purge(uid)
             except ErasureError:
@@ -191,7 +212,7 @@ class ErasureCluster:
             rounds += 1
             try:
                 await self.check_health()
-                if self._heal_q is not None and rounds * self.health_interval >= \
+                if self._heal_kick is not None and rounds * self.health_interval >= \
                         self.scrub_check_interval:
                     rounds = 0
                     from erasure.repair import heal_scrub_damage
@@ -201,61 +222,84 @@ class ErasureCluster:
 
     # -- damage --------------------------------------------------------------------------
 
-    def note_damage(self, layout: PartLayout, indexes: list[int], reason: str) -> None:
-        """Fragments of a part that need rebuilding: recorded in the on-disk repair queue and,
-        with auto_repair, rebuilt in the background right away (a part written without a
-        fragment survives one failure less until then)."""
-        if self.deletions.known(layout.part_uid):
-            return  # a read that met the fragments of a part being deleted
-        self.repair_queue.add(layout, indexes, reason)
-        self._enqueue_heal(layout, indexes, 0)
-
-    def _enqueue_heal(self, layout: PartLayout, indexes: list[int], attempt: int) -> None:
-        if self._heal_q is not None:
-            with contextlib.suppress(asyncio.QueueFull):  # the on-disk record remains
-                self._heal_q.put_nowait((layout, list(indexes), attempt))
-                self._healing.add(layout.part_uid)
+    async def note_damage(self, layout: PartLayout, indexes: list[int], reason: str) -> None:
+        """Fragments of a part that need rebuilding: recorded in the repair queue and, with
+        auto_repair, rebuilt in the background right away by whichever healer claims it (a
+        part written without a fragment survives one failure less until then). A queue that
+        cannot be written is logged, not raised: the data read or written is fine, and
+        `zonegate repair`'s scan of the nodes finds the damage anyway."""
+        try:
+            if await self.deletions.known(layout.part_uid):
+                return  # a read that met the fragments of a part being deleted
+            await self.repair_queue.add(layout, indexes, reason)
+        except Exception as e:
+            log.warning("could not queue the repair of %s %s (%s): %s", layout.part_uid,
+                        indexes, reason, e)
+            return
+        if self._heal_kick is not None:
+            self._heal_kick.set()
 
     async def _heal_loop(self) -> None:
-        from erasure.repair import heal
-
-        assert self._heal_q is not None
         while True:
-            layout, indexes, attempt = await self._heal_q.get()
-            if self.deletions.known(layout.part_uid) or \
-                    self.repair_queue.get(layout.part_uid) is None:
-                self._healing.discard(layout.part_uid)
-                continue  # deleted meanwhile, or healed by another worker or `zonegate repair`
             try:
-                written = await heal(self, layout, indexes)
+                claimed = await self.repair_queue.claim(HEAL_BATCH, self.repair_lease)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                if self.deletions.known(layout.part_uid):
-                    self._healing.discard(layout.part_uid)
-                    continue  # deleted while it was rebuilt: nothing to heal any more
-                self.stats["heal_failures"] += 1
-                if attempt < self.heal_attempts:
-                    delay = HEAL_BACKOFF * 2 ** attempt
-                    log.info("heal of %s failed (%s); retrying in %.0f s", layout.part_uid, e,
-                             delay)
-                    t = asyncio.create_task(self._heal_later(layout, indexes, attempt + 1, delay))
-                    self._retries.add(t)
-                    t.add_done_callback(self._retries.discard)
-                else:
-                    self._healing.discard(layout.part_uid)
-                    log.warning("heal of %s failed (%s); left for `zonegate repair`",
-                                layout.part_uid, e)
+                log.warning("could not claim repairs: %s", e)
+                claimed = []
+            for rec in claimed:
+                await self._heal_one(rec)
+            if claimed:
                 continue
-            self._healing.discard(layout.part_uid)
-            self.stats["healed_parts"] += 1
-            log.info("healed %s: %s", layout.part_uid,
-                     ", ".join(f"f{i:02d} -> {n}" for i, n in sorted(written.items())))
+            wait = self.heal_poll
+            try:
+                due = await self.repair_queue.next_due()
+                if due is not None:
+                    wait = min(wait, max(0.05, due - time.time()))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                pass
+            kick = self._heal_kick
+            if kick is None:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(kick.wait(), wait)
+            kick.clear()
 
-    async def _heal_later(self, layout: PartLayout, indexes: list[int], attempt: int,
-                          delay: float) -> None:
-        await asyncio.sleep(delay)
-        self._enqueue_heal(layout, indexes, attempt)
+    async def _heal_one(self, rec: RepairRecord) -> None:
+        from erasure.repair import heal
+
+        uid = rec.layout.part_uid
+        try:
+            if await self.deletions.known(uid):
+                await self.repair_queue.done(uid)  # deleted meanwhile: nothing to heal
+                return
+            written = await heal(self, rec.layout, rec.indexes)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            try:
+                if await self.deletions.known(uid):
+                    await self.repair_queue.done(uid)  # deleted while it was rebuilt
+                    return
+                self.stats["heal_failures"] += 1
+                if rec.attempts < self.heal_attempts:
+                    delay = HEAL_BACKOFF * 2 ** rec.attempts
+                    log.info("heal of %s failed (%s); retrying in %.0f s", uid, e, delay)
+                else:
+                    delay = HEAL_PARKED
+                    log.warning("heal of %s failed (%s); left for `zonegate repair` or a "
+                                "node's return", uid, e)
+                await self.repair_queue.retry(uid, delay)
+            except Exception as ex:  # the store is away: the lease runs out by itself
+                log.warning("heal of %s failed (%s) and could not be rescheduled: %s", uid, e,
+                            ex)
+            return
+        self.stats["healed_parts"] += 1
+        log.info("healed %s: %s", uid,
+                 ", ".join(f"f{i:02d} -> {n}" for i, n in sorted(written.items())))
 
     def is_up(self, node_id: str) -> bool:
         c = self.clients.get(node_id)
@@ -317,7 +361,7 @@ class ErasureCluster:
         ErasureError (after deleting what it can) while any node cannot be asked, so the caller
         retries later; a retry is harmless. The deletion is recorded first (`self.deletions`):
         a rebuild of this part that is still running deletes what it writes itself."""
-        self.deletions.begin(part_uid)
+        await self.deletions.begin(part_uid)
         unreachable: list[str] = []
 
         async def rm(client: NodeClient) -> int:
@@ -338,8 +382,8 @@ class ErasureCluster:
         if unreachable:
             raise ErasureError(f"part {part_uid}: archives not deleted yet, nodes not "
                                f"reached: {'; '.join(unreachable)}")
-        self.repair_queue.done(part_uid)
-        self.deletions.end(part_uid)
+        await self.repair_queue.done(part_uid)
+        await self.deletions.end(part_uid)
         return sum(done)
 
     async def scan(self, prefix: str = "") -> list[ScannedPart]:

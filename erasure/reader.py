@@ -190,7 +190,7 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
             cluster.stats["degraded_reads"] += 1
         if bad:
             log.warning("part %s: bad fragments %s", layout.part_uid, bad)
-            cluster.note_damage(layout, sorted(bad), "read: " + "; ".join(
+            await cluster.note_damage(layout, sorted(bad), "read: " + "; ".join(
                 f"f{i:02d}: {w}" for i, w in sorted(bad.items())))
 
 

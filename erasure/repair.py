@@ -78,8 +78,8 @@ async def find_damage(cluster: ErasureCluster, prefix: str = "", *, deep: bool =
     parts = await cluster.scan(prefix)
     report.unreachable = list(cluster.unreachable)
     scrubbed = await scrub_damage(cluster, prefix)
-    deletions = cluster.deletions.all()
-    records = {r.layout.part_uid: r for r in cluster.repair_queue.records()
+    deletions = await cluster.deletions.all()
+    records = {r.layout.part_uid: r for r in await cluster.repair_queue.records()
                if r.layout.part_uid.startswith(prefix)}
     damaged: list[Damage] = []
     for n, p in enumerate(parts):
@@ -131,7 +131,7 @@ async def find_damage(cluster: ErasureCluster, prefix: str = "", *, deep: bool =
         damaged.append(Damage(p, sorted(reasons), reasons, rec.layout if rec else None))
     for uid in records:  # queued parts that no reachable node holds any more (deleted)
         if not report.unreachable:
-            cluster.repair_queue.done(uid)
+            await cluster.repair_queue.done(uid)
     return damaged, report
 
 
@@ -159,13 +159,13 @@ async def heal_scrub_damage(cluster: ErasureCluster) -> int:
     found = await scrub_damage(cluster)
     n = 0
     for uid, bad in found.items():
-        if cluster.deletions.known(uid):
+        if await cluster.deletions.known(uid):
             continue
         parts = [p for p in await cluster.scan(uid + ".") if p.part_uid == uid]
         if not parts or cluster.unreachable:
             continue
         layout = parts[0].layout()
-        cluster.note_damage(layout, sorted(bad), "scrub: " + "; ".join(
+        await cluster.note_damage(layout, sorted(bad), "scrub: " + "; ".join(
             f"f{i:02d} on {node}: {err}" for i, (node, err) in sorted(bad.items())))
         n += 1
     return n
@@ -239,7 +239,7 @@ class _SourceFailed(Exception):
 async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[int, str]]
                         ) -> dict[int, str]:
     p = d.part
-    if cluster.deletions.known(p.part_uid):
+    if await cluster.deletions.known(p.part_uid):
         raise PartDeleted(p.part_uid)
     codec = cluster.codec_for(p.scheme)
     alen = codec.archive_length(p.length)
@@ -284,7 +284,7 @@ async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[
         failed = [f"{i}: {_why(s)}" for i, s in sinks.items() if not s.alive]
         if failed:
             raise RuntimeError(f"writing rebuilt fragments failed: {failed}")
-        if cluster.deletions.known(p.part_uid):
+        if await cluster.deletions.known(p.part_uid):
             # Deleted while we rebuilt: the delete's listing may have run before our writes
             # landed, so remove them here (the deletion record was written before it listed).
             await _unwrite(cluster, p.part_uid, targets)
@@ -340,7 +340,7 @@ async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = Fals
     if not dry_run and not report.unreachable:
         # unfinished deletions, and finished ones whose archives are back (a write whose
         # answer was lost committed after its abort's delete)
-        deletions = cluster.deletions.all()
+        deletions = await cluster.deletions.all()
         again = {u for u, _ in report.queued if u in deletions}
         for uid in sorted(again | {u for u, done in deletions.items() if not done}):
             if uid.startswith(prefix):
@@ -365,7 +365,7 @@ async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = Fals
             if on_done:
                 on_done(d.part.part_uid, str(e))
             continue
-        cluster.repair_queue.done(d.part.part_uid)
+        await cluster.repair_queue.done(d.part.part_uid)
         report.fixed.append((d.part.part_uid, written))
         if on_done:
             on_done(d.part.part_uid, written)
@@ -395,5 +395,5 @@ async def heal(cluster: ErasureCluster, layout: PartLayout, indexes: list[int]) 
                        {i: [n] for i, n in layout.placement.items() if i not in skip})
     d = Damage(part, sorted(set(indexes)), {i: "heal" for i in indexes}, layout)
     written = await _rebuild_all(cluster, d)
-    cluster.repair_queue.resolve(layout.part_uid, list(written))
+    await cluster.repair_queue.resolve(layout.part_uid, list(written))
     return written

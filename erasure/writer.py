@@ -18,6 +18,7 @@ after them costs the fragment (repair rebuilds it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterable, Callable
@@ -161,7 +162,6 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
     validate_record_id(archive_id(part_uid, scheme.n - 1))
     if length < 0:
         raise ValueError(f"negative part length {length}")
-    cluster.deletions.forget(part_uid)
     targets = cluster.targets(part_uid)
     timeout = cluster.node_timeout
     sinks: dict[int, ArchiveUpload] = {}
@@ -238,7 +238,7 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
         reasons = "; ".join(f"f{i:02d}: {sinks[i].error if i in sinks else 'no node up'}"
                             for i in missing)
         log.warning("part %s written without fragments %s: %s", part_uid, missing, reasons)
-        cluster.note_damage(layout, missing, f"write: {reasons}")
+        await cluster.note_damage(layout, missing, f"write: {reasons}")
     return layout
 
 
@@ -248,7 +248,10 @@ async def _abort(cluster: ErasureCluster, part_uid: str, sinks: dict[int, Archiv
     confirmed: a node that committed but whose answer was lost, then could not be reached,
     leaves an archive that repair reports as queued for deletion (and finishes deleting), and
     whose owner (the gateway's pending mark) the sweeper resolves - never an unowned one."""
-    cluster.deletions.begin(part_uid)
+    try:
+        await cluster.deletions.begin(part_uid)
+    except Exception as e:  # the caller's pending mark still owns whatever is left
+        log.warning("could not record the deletion of %s: %s", part_uid, e)
     for s in sinks.values():
         if s.task and not s.task.done():
             s.task.cancel()
@@ -265,4 +268,5 @@ async def _abort(cluster: ErasureCluster, part_uid: str, sinks: dict[int, Archiv
 
     await asyncio.shield(asyncio.gather(*(rm(s) for s in sinks.values())))
     if not failed:
-        cluster.deletions.end(part_uid)
+        with contextlib.suppress(Exception):  # left pending: repair finishes it
+            await cluster.deletions.end(part_uid)

@@ -80,7 +80,7 @@ class Gateway:
         self.upload_ttl = float(gw.get("abandoned_upload_seconds", ABANDONED_UPLOAD_AGE))
         free_delay = float(gw.get("free_delay_seconds", FREE_DELAY))
         self.store = store or store_from_config(gw, free_delay=free_delay)
-        self.storage = storage or Storage.from_config(config)
+        self.storage = storage or Storage.from_config(config, self.store)
         self._sweeper: asyncio.Task | None = None
         self._kick = asyncio.Event()
 
@@ -90,6 +90,7 @@ class Gateway:
 
     async def start(self) -> None:
         await self.store.start()
+        await self._import_state_dir()
         await self.storage.start()
         self._sweeper = asyncio.create_task(self._sweep_loop())
 
@@ -100,6 +101,20 @@ class Gateway:
                 await self._sweeper
         await self.storage.close()
         await self.store.close()
+
+    async def _import_state_dir(self) -> None:
+        """Repair and deletion records an older gateway kept under `erasure.state_dir` go
+        into the shared store before the healer starts (an upgrade forgets none)."""
+        from gateway.queues import StoreRepairQueue, import_state_dir
+        erasure = getattr(self.config, "erasure", None)
+        queue = getattr(getattr(self.storage, "cluster", None), "repair_queue", None)
+        if erasure is None or not isinstance(queue, StoreRepairQueue):
+            return
+        try:
+            await import_state_dir(self.store, erasure.state_dir)
+        except Exception as e:  # the files stay where they are: the next start tries again
+            log.error("repair queue files under %s not moved into the metadata store: %s",
+                      erasure.state_dir, e)
 
     async def sweep_once(self) -> int:
         """Abort abandoned uploads, then delete queued orphan fragments. Returns parts freed."""

@@ -16,12 +16,17 @@ from gateway.metadata import is_database_url, store_from_config, store_path
 
 
 class Owners:
-    def __init__(self, gateway_config: dict[str, Any]) -> None:
+    def __init__(self, gateway_config: dict[str, Any], state_dir: str | None = None) -> None:
         self.store = store_from_config(gateway_config)
+        self.state_dir = state_dir
         self._snap: dict[str, str] | None = None
 
     async def start(self) -> None:
         await self.store.start()
+        if self.state_dir is not None:
+            # repair run before an upgraded gateway's first start: the files go in first
+            from gateway.queues import import_state_dir
+            await import_state_dir(self.store, self.state_dir)
 
     async def snapshot(self) -> dict[str, str]:
         self._snap = await self.store.part_owners()
@@ -32,6 +37,12 @@ class Owners:
         the last snapshot (take one first)."""
         what = (self._snap or {}).get(part_uid)
         return None if what in (None, "live") else what
+
+    def queues(self) -> dict[str, Any]:
+        """ErasureCluster keyword arguments: the repair queue and deletion records that the
+        gateways share in this store."""
+        from gateway.queues import shared_queues
+        return shared_queues(self.store)
 
     async def close(self) -> None:
         await self.store.close()
@@ -44,7 +55,8 @@ def owners_for(config: Any) -> Owners | None:
     path = store_path(gw)
     if not is_database_url(str(path)) and str(path) != ":memory:" and not Path(path).exists():
         return None
-    return Owners(gw)
+    erasure = getattr(config, "erasure", None)
+    return Owners(gw, getattr(erasure, "state_dir", None))
 
 
 OwnersFactory = Callable[[Any], "Owners | None"]

@@ -149,7 +149,11 @@ async def write_marker(cluster: Any, rec: BucketRecord,
     returns once it is durable on the write quorum. Raises erasure.errors.QuorumError
     (nothing left behind) when too few nodes are up."""
     meta = marker_meta(rec, configs)
-    await cluster.write_part(marker_uid(rec.name, rec.created), _no_bytes(), length=0,
+    uid = marker_uid(rec.name, rec.created)
+    # the one uid written again (a rewrite, or after a failed try): a deletion record of it
+    # must go first
+    await cluster.deletions.forget(uid)
+    await cluster.write_part(uid, _no_bytes(), length=0,
                              stream=STREAM, meta=lambda _result: meta)
 
 
@@ -225,7 +229,9 @@ def cmd_bucket_markers(args: argparse.Namespace) -> int:
     store = store_from_config(config.gateway)
 
     async def run(prog: Any) -> EnsureReport:
-        cluster = ErasureCluster(config, health_interval=0, auto_repair=False)
+        from gateway.queues import shared_queues
+        cluster = ErasureCluster(config, health_interval=0, auto_repair=False,
+                                 **shared_queues(store))
         try:
             await store.start()
             await cluster.start()

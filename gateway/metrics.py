@@ -28,9 +28,10 @@ bucket or key.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import collections
-import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -50,6 +51,9 @@ from prometheus_client import (
     values,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
+
+log = logging.getLogger("zonegate.metrics")
+BACKLOG_TIMEOUT = 2.0  # seconds a scrape waits for the repair queue's size
 
 PREFIX = "zonegate_gateway"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -136,7 +140,10 @@ class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.repair_dirs: set[Path] = set()
+        # repair queues to report (erasure RepairStores: the store's, shared by every
+        # gateway, or a state directory's files) and the backlog last read from them
+        self.repair_queues: list[Any] = []
+        self.repair_backlog: int | None = None
         self.requests = Counter(f"{PREFIX}_requests", "S3 requests answered.",
                                 ["operation", "status"], registry=r)
         self.duration = Histogram(f"{PREFIX}_request_duration_seconds",
@@ -224,9 +231,21 @@ class GatewayMetrics:
             metric = self._per_stat[key] = metric.labels(*spec[1]) if spec[1] else metric
         metric.inc(amount)
 
-    def watch_repair_queue(self, state_dir: str | os.PathLike[str]) -> None:
-        """Report the parts queued for repair under `state_dir` (erasure's RepairQueue)."""
-        self.repair_dirs.add(Path(state_dir) / "repair")
+    def watch_repair_queue(self, queue: Any) -> None:
+        """Report the parts queued in `queue` (an erasure RepairStore, with `size()`): the
+        one gateway of this process's (an app made again replaces the last one's)."""
+        self.repair_queues = [queue]
+
+    async def refresh_repair_backlog(self) -> None:
+        """Read the queues' sizes for the next `render` (None while one cannot be read: the
+        gauge is then left out rather than reading 0)."""
+        try:
+            # bounded: a database that does not answer must not stall the scrape
+            self.repair_backlog = sum([await asyncio.wait_for(q.size(), BACKLOG_TIMEOUT)
+                                       for q in self.repair_queues])
+        except Exception as e:
+            log.debug("repair backlog not readable: %s", e)  # the store logs its outages
+            self.repair_backlog = None
 
     # -- exposition --------------------------------------------------------------------------
 
@@ -237,10 +256,10 @@ class GatewayMetrics:
             _forget_dead_workers(Path(os.environ[MULTIPROC_ENV]))
             reg = CollectorRegistry()
             multiprocess.MultiProcessCollector(reg)
-            reg.register(RepairBacklogCollector(self.repair_dirs))
+            reg.register(RepairBacklogCollector(self.repair_backlog))
             return generate_latest(reg)
         text = generate_latest(self.registry)
-        return text + generate_latest(_single(RepairBacklogCollector(self.repair_dirs)))
+        return text + generate_latest(_single(RepairBacklogCollector(self.repair_backlog)))
 
 
 def _single(collector: Any) -> CollectorRegistry:
@@ -250,21 +269,18 @@ def _single(collector: Any) -> CollectorRegistry:
 
 
 class RepairBacklogCollector:
-    """Parts awaiting repair: the JSON files of erasure's repair queue (shared by every worker
-    on the machine, so counting files gives the cluster's backlog as this gateway knows it)."""
+    """Parts awaiting repair, as last read from the repair queue (the metadata store's, which
+    every gateway shares: each reports the cluster's backlog, not a sum of its own)."""
 
-    def __init__(self, dirs: Iterable[Path]) -> None:
-        self.dirs = list(dirs)
+    def __init__(self, backlog: int | None) -> None:
+        self.backlog = backlog
 
     def collect(self) -> Iterable[Metric]:
+        if self.backlog is None:
+            return
         g = GaugeMetricFamily(f"{PREFIX}_parts_awaiting_repair",
                               "Parts with fragments missing or corrupt, queued for repair.")
-        n = 0
-        for d in self.dirs:
-            with contextlib.suppress(OSError):
-                n += sum(1 for p in d.iterdir() if p.suffix == ".json"
-                         and not p.name.startswith("."))
-        g.add_metric([], float(n))
+        g.add_metric([], float(self.backlog))
         yield g
 
 
@@ -396,7 +412,9 @@ def metrics_endpoint(metrics: GatewayMetrics | None = None) -> ASGIApp:
     """An ASGI endpoint answering with the Prometheus text of every worker."""
 
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-        body = (metrics or get_metrics()).render()
+        m = metrics or get_metrics()
+        await m.refresh_repair_backlog()
+        body = m.render()
         head = scope.get("method") == "HEAD"
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", CONTENT_TYPE_LATEST.encode()),
@@ -457,9 +475,5 @@ def instrument_cluster(cluster: Any, metrics: GatewayMetrics | None = None) -> N
         m.nodes_full.set(0)
         cluster.full_observers.append(lambda full: m.nodes_full.set(len(full)))
     queue = getattr(cluster, "repair_queue", None)
-    if queue is not None:
-        # made now, not at the first queued part: its existence tells `zonegate status` that
-        # this machine holds the queue, so an empty one reads as 0 and not as unknown
-        with contextlib.suppress(OSError):
-            Path(queue.dir).mkdir(parents=True, exist_ok=True)
-        m.watch_repair_queue(Path(queue.dir).parent)
+    if queue is not None and hasattr(queue, "size"):
+        m.watch_repair_queue(queue)

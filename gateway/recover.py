@@ -77,7 +77,8 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
     gw = dict(config.gateway or {})
     store = store_from_config(gw)
     report = RecoveryReport()
-    cluster = ErasureCluster(config, health_interval=0)
+    from gateway.queues import shared_queues
+    cluster = ErasureCluster(config, health_interval=0, **shared_queues(store))
     try:
         await store.start()
         await cluster.start()

@@ -1,7 +1,8 @@
 """`zonegate status --config C [--json]`: the cluster at a glance.
 
 Asks every node of the config for readiness and its signed `/v1/stats` (through erasure's node
-client), and reads the repair queue under `erasure.state_dir` when this machine has it. Prints
+client), and reads the repair queue in the gateways' metadata store (or, with no store here,
+the files under `erasure.state_dir`) when this machine can. Prints
 nodes up/down, drives, capacity, zones by condition, write amplification, quorum and parts
 awaiting repair as tables (colour when the terminal has it), or one JSON document with `--json`.
 
@@ -67,7 +68,6 @@ async def _node_status(client: Any) -> dict[str, Any]:
 async def gather_status(config: ClusterConfig, node_timeout: float = 5.0) -> dict[str, Any]:
     """The status document (what `--json` prints)."""
     from erasure.nodeclient import NodeClient, make_session
-    from erasure.repairqueue import RepairQueue
 
     async with make_session() as session:
         clients = [NodeClient(n, config.secret, session, node_timeout) for n in config.nodes]
@@ -95,9 +95,7 @@ async def gather_status(config: ClusterConfig, node_timeout: float = 5.0) -> dic
     down = [n["id"] for n in nodes if not n["up"]]
     e = config.erasure
     up = len(nodes) - len(down)
-    state_dir = Path(e.state_dir)
-    repair_dir = state_dir / "repair"
-    awaiting = len(RepairQueue(state_dir).records()) if repair_dir.is_dir() else None
+    awaiting, where = await repair_backlog(config)
     return {
         "nodes": nodes,
         "nodes_up": up,
@@ -108,10 +106,32 @@ async def gather_status(config: ClusterConfig, node_timeout: float = 5.0) -> dic
         "totals": totals,
         # None: this machine has no repair queue (it lives where the gateway runs)
         "parts_awaiting_repair": awaiting,
-        "repair_queue": str(repair_dir),
+        "repair_queue": where,
         # the gateway's /health/cluster when it answers from here (None otherwise)
         "gateway_health": health,
     }
+
+
+async def repair_backlog(config: ClusterConfig) -> tuple[int | None, str]:
+    """(parts awaiting repair or None when unknown here, where the queue is): the gateways'
+    metadata store when this machine reaches it, else an older gateway's state directory."""
+    from gateway.audit import owners_for
+    from gateway.metadata import describe, store_from_config, store_path
+    target = store_path(config.gateway)
+    if owners_for(config) is not None:  # a database URL, or the SQLite file is here
+        store = store_from_config(config.gateway)
+        try:
+            await store.start()
+            return await store.repair_count(), f"metadata store {describe(target)}"
+        except Exception:
+            return None, f"metadata store {describe(target)} not reachable"
+        finally:
+            await store.close()
+    from erasure.repairqueue import RepairQueue
+    repair_dir = Path(config.erasure.state_dir) / "repair"
+    if repair_dir.is_dir():
+        return await RepairQueue(config.erasure.state_dir).size(), str(repair_dir)
+    return None, f"no metadata store {describe(target)} here"
 
 
 def exit_code(doc: dict[str, Any]) -> int:
@@ -186,7 +206,7 @@ def render(doc: dict[str, Any], console: Any) -> None:
     console.print("zones: " + (", ".join(f"{n} {k}" for k, n in zc.items() if n) or "-"))
     backlog = doc["parts_awaiting_repair"]
     if backlog is None:
-        console.print(f"repair backlog: unknown here (no {doc['repair_queue']})")
+        console.print(f"repair backlog: unknown here ({doc['repair_queue']})")
     else:
         style = "green" if backlog == 0 else "yellow"
         console.print(f"repair backlog: [{style}]{backlog}[/] parts")

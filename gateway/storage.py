@@ -117,10 +117,20 @@ class Storage:
         self.pending_grace = pending_grace
 
     @classmethod
-    def from_config(cls, config: Any) -> Storage:
+    def from_config(cls, config: Any, store: Any = None) -> Storage:
+        """Storage on the config's cluster; with `store` (the gateway's MetadataStore) the
+        repair queue and deletion records are the store's, shared with other gateways."""
         from erasure.cluster import ErasureCluster
-        grace = float(dict(config.gateway or {}).get("pending_grace_seconds", PENDING_GRACE))
-        return cls(ErasureCluster(config), pending_grace=grace)
+        gw = dict(config.gateway or {})
+        grace = float(gw.get("pending_grace_seconds", PENDING_GRACE))
+        kw: dict[str, Any] = {}
+        if store is not None:
+            from gateway.queues import shared_queues
+            kw = shared_queues(store)
+        cluster = ErasureCluster(config, **kw)
+        if "repair_lease_seconds" in gw:
+            cluster.repair_lease = float(gw["repair_lease_seconds"])
+        return cls(cluster, pending_grace=grace)
 
     async def start(self) -> None:
         await self.cluster.start()

@@ -221,7 +221,9 @@ def run_audit(g: Gateway) -> AuditReport:
     async def go() -> AuditReport:
         store = SqliteStore(g.meta_path)
         try:
-            async with ErasureCluster(cfg, health_interval=0, auto_repair=False) as c:
+            from gateway.queues import shared_queues  # the gateway's deletion records
+            async with ErasureCluster(cfg, health_interval=0, auto_repair=False,
+                                      **shared_queues(store)) as c:
                 return await audit(c, store.part_owners)
         finally:
             await store.close()

@@ -177,7 +177,7 @@ async def test_node_killed_mid_write_then_repair_restores_fragment(
 
         layout = await put(cluster, "kill0001.p1", size, 7, kill_midway)
         assert layout.missing == [3] and layout.placement[3] == victim
-        assert [r.indexes for r in cluster.repair_queue.records()] == [[3]]
+        assert [r.indexes for r in (await cluster.repair_queue.records())] == [[3]]
         assert await read_all(cluster, layout) == data(size, 7)
 
     # the operator runs the real command while the node is still dead
@@ -191,7 +191,7 @@ async def test_node_killed_mid_write_then_repair_restores_fragment(
     assert "nodes unreachable: " in stdout and "fixed kill0001.p1: f03 -> " in stdout
     assert "1 parts fixed, 0 failed, 0 unrecoverable" in stdout  # others' parts: deferred
     async with ErasureCluster(config) as cluster:
-        assert cluster.repair_queue.records() == []
+        assert (await cluster.repair_queue.records()) == []
         [part] = await cluster.scan("kill0001")
         assert sorted(part.fragments) == list(range(10))
         handoff = part.fragments[3][0]
@@ -234,7 +234,7 @@ async def test_three_nodes_lost_mid_write_fail_cleanly(nodes: NodeCluster,
             nodes.restart(nodes.ids.index(v))
         await cluster.check_health()
         assert await cluster.scan(uid) == []
-        assert cluster.repair_queue.records() == []
+        assert (await cluster.repair_queue.records()) == []
 
         # the same with the nodes known to be down before the write: 9 nodes for 10 fragments
         # meet the quorum of 9, so the write succeeds and the 10th awaits repair ...
@@ -282,13 +282,13 @@ async def test_corrupt_fragment_is_detected_read_around_and_repaired(
         _flip_on_disk(nodes.drive_paths(nodes.ids.index(node)), payload[MiB + 4096:MiB + 4160])
         assert await read_all(cluster, layout) == payload
         assert cluster.stats["degraded_reads"] == 1
-        [rec] = cluster.repair_queue.records()
+        [rec] = (await cluster.repair_queue.records())
         assert rec.indexes == [0]
 
         report = await repair(cluster, uid)
         assert [(p, list(w)) for p, w in report.fixed] == [(uid, [0])]
         assert report.fixed[0][1][0] == node  # rewritten in place
-        assert cluster.repair_queue.records() == []
+        assert (await cluster.repair_queue.records()) == []
         frag = await cluster.clients[node].get_bytes(archive_id(uid, 0))
         assert len(frag) == cluster.codec.archive_length(size)
         assert await read_all(cluster, layout) == payload
@@ -324,7 +324,7 @@ async def test_body_length_mismatch_is_refused_and_leaves_nothing(config: Cluste
         with pytest.raises(ValueError, match="invalid record id"):
             await cluster.write_part("../etc/passwd", body(10, 1), length=10, stream="t",
                                      meta=lambda r: {})
-        assert cluster.repair_queue.records() == []
+        assert (await cluster.repair_queue.records()) == []
 
 
 async def test_4k_range_fetches_only_what_it_needs(nodes: NodeCluster,
@@ -471,7 +471,7 @@ async def test_corruption_found_mid_stream_is_not_a_dead_node(nodes: NodeCluster
         assert await read_all(cluster, layout) == payload
         assert cluster.stats["degraded_reads"] == 1
         assert cluster.is_up(node)  # the node cut one stream; it is not down
-        [rec] = cluster.repair_queue.records()
+        [rec] = (await cluster.repair_queue.records())
         assert rec.indexes == [0] and "stream cut by the node" in rec.reason, rec.reason
         report = await repair(cluster, uid)
         assert [(p, dict(w)) for p, w in report.fixed] == [(uid, {0: node})]
@@ -517,7 +517,7 @@ async def test_degraded_write_is_healed_in_the_background(nodes: NodeCluster,
                 break
             await asyncio.sleep(0.05)
         assert cluster.stats["healed_parts"] == 1, cluster.stats
-        assert cluster.repair_queue.records() == []
+        assert (await cluster.repair_queue.records()) == []
         [part] = await cluster.scan(uid)
         assert sorted(part.fragments) == list(range(10))
         assert part.fragments[4] != [victim]

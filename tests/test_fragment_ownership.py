@@ -86,7 +86,7 @@ async def test_repair_leaves_a_fragment_on_a_down_handoff_alone(nodes, config) -
         layout = await put(c, uid, data)  # f03 goes to a handoff: a complete write
         handoff = layout.placement[3]
         assert layout.missing == [] and handoff not in primary
-        assert c.repair_queue.records() == []
+        assert (await c.repair_queue.records()) == []
         nodes.restart(idx(nodes, primary[3]))
         nodes.kill(idx(nodes, handoff))
         await c.check_health()
@@ -102,7 +102,7 @@ async def test_repair_leaves_a_fragment_on_a_down_handoff_alone(nodes, config) -
         await c.check_health()
         assert await c.delete_part(layout) == 1  # the others went on the first try
         assert await where(c, uid) == {}
-        assert not c.deletions.pending(uid)
+        assert not await c.deletions.pending(uid)
 
 
 async def test_healed_fragment_is_deleted_with_its_part(nodes, config) -> None:
@@ -127,10 +127,10 @@ async def test_healed_fragment_is_deleted_with_its_part(nodes, config) -> None:
         assert (await where(c, uid)) == {}  # gone from every node that answered
         nodes.restart(idx(nodes, spare))
         await c.check_health()
-        assert c.deletions.pending(uid)
+        assert await c.deletions.pending(uid)
         report = await repair(c, uid)  # repair finishes deletions it finds unfinished
         assert report.purged == [uid] and not report.lost
-        assert not c.deletions.pending(uid) and c.deletions.known(uid)
+        assert not await c.deletions.pending(uid) and await c.deletions.known(uid)
         assert await where(c, uid) == {} and c.unreachable == []
 
 
@@ -146,7 +146,7 @@ async def test_rebuild_running_during_a_delete_removes_what_it_wrote(nodes, conf
             task = asyncio.create_task(heal(c, layout, [2]))
             await asyncio.sleep(1.0)
             assert not task.done()
-            c.deletions.begin(uid)  # a delete starts now (its listing ran before the write)
+            await c.deletions.begin(uid)  # a delete starts now (its listing ran before the write)
         finally:
             os.kill(pid, signal.SIGCONT)
         with pytest.raises(PartDeleted):
@@ -206,14 +206,14 @@ async def test_node_return_drains_the_repair_queue_and_finishes_deletions(nodes,
                 break
             await asyncio.sleep(0.05)
         assert c.stats["heal_failures"] == 1 and c.stats["healed_parts"] == 0
-        assert [r.indexes for r in c.repair_queue.records()] == [[0]]
+        assert [r.indexes for r in (await c.repair_queue.records())] == [[0]]
         nodes.restart(idx(nodes, victim))  # the health loop sees it back and drains the queue
         for _ in range(200):
             if c.stats["healed_parts"]:
                 break
             await asyncio.sleep(0.05)
         assert c.stats["healed_parts"] == 1, c.stats
-        assert c.repair_queue.records() == []
+        assert (await c.repair_queue.records()) == []
         assert (await where(c, uid))[0] == [victim]
         nodes.kill(idx(nodes, victim))
         await c.check_health()
@@ -221,10 +221,10 @@ async def test_node_return_drains_the_repair_queue_and_finishes_deletions(nodes,
             await c.delete_part(layout)
         nodes.restart(idx(nodes, victim))  # and the unfinished deletion is finished
         for _ in range(200):
-            if not c.deletions.pending(uid):
+            if not await c.deletions.pending(uid):
                 break
             await asyncio.sleep(0.05)
-        assert not c.deletions.pending(uid)
+        assert not await c.deletions.pending(uid)
         assert await where(c, uid) == {}
 
 
@@ -247,7 +247,7 @@ async def test_zonegate_repair_tells_queued_for_deletion_from_lost(nodes, config
         nodes.kill(idx(nodes, dead))  # the cluster does not know yet
         with pytest.raises(ErasureError):
             await c.delete_part(layout)
-        assert c.deletions.pending(uid)
+        assert await c.deletions.pending(uid)
     nodes.restart(idx(nodes, dead))  # one fragment of the part is left on it: 1 < k
     proc = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).parent / "zonegate"), "repair", "--config", str(path),

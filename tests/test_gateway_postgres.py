@@ -308,6 +308,9 @@ async def _fill_sqlite(path: Path) -> None:
     await s.put_delete_marker(VersionRecord("moved", "é", 0, "", 9.6, "alice", "v11",
                                             version_id="M11"), "enabled")
     await s.add_user(UserRecord("AKX", "sk", "cid", "X", 1.0))
+    await s.repair_add({"part_uid": "v1.p1"}, [2], "write: f02")  # pending repairs move too
+    await s.deletion_begin("gone.p1")
+    await s.deletion_end("done.p1")
     await s.close()
 
 
@@ -326,6 +329,8 @@ async def _dump(target: str, password_file: str | None) -> dict:
             "versions": (await s.list_versions("moved", "", "", "", "", 100)).items,
             "users": await s.list_users(),
             "lifecycle": await s.lifecycle_claim("w", 1, 60.0),
+            "repairs": [(e.part_uid, e.indexes, e.reason) for e in await s.repair_list()],
+            "deletions": await s.deletions(),
         }
     finally:
         await s.close()
@@ -342,6 +347,8 @@ def test_metadata_copy_sqlite_to_postgres(pg: PgServer, tmp_path: Path) -> None:
     want = asyncio.run(_dump(str(src), None))
     assert want["orphans"] == ["v0.p1"]
     assert want["configs"] and want["users"] and want["lifecycle"] and len(want["versions"]) == 6
+    assert want["orphans"] == ["v0.p1"] and want["repairs"] == [("v1.p1", [2], "write: f02")]
+    assert want["deletions"] == {"gone.p1": False, "done.p1": True}
     assert asyncio.run(_dump(url, str(pg.password_file))) == want
     # a second copy into the same database is refused, nothing changes
     r = zonegate("metadata", "copy", "--from", str(src), "--to", url, "--password-file",

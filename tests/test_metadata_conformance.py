@@ -49,6 +49,7 @@ workers = st.sampled_from(["w1", "w2"])
 days = st.integers(0, 3)
 leases = st.sampled_from([0.0, 10_000.0])
 versionings = st.sampled_from(["off", "enabled", "suspended"])
+part_uids = st.sampled_from(["p1.p1", "p2.p1", "bucket:b1:1", "p\u00e9.p2"])
 
 
 class Env:
@@ -89,7 +90,7 @@ class Base(RuleBasedStateMachine):
         env = self.env
         env.loop.run_until_complete(env.pg._p().execute(
             "TRUNCATE buckets, objects, uploads, parts, orphans, bucket_configs, users, "
-            "lifecycle_runs, versions RESTART IDENTITY"))
+            "lifecycle_runs, versions, repairs, deletions RESTART IDENTITY"))
         self.sqlite = SqliteStore(env.tmp / f"m{next(self.counter)}.sqlite")
         self.versions: list[str] = ["v-none"]
         self.version_ids: list[str] = ["null", "vid-none"]
@@ -477,6 +478,79 @@ class SameAnswers(VersionRules):
         assert a == b
         a, b = self.both(lambda s: s.next_due())
         assert (a[1] is None) == (b[1] is None)
+
+    # -- repair queue and deletion records ------------------------------------------------
+    @rule(uid=part_uids, indexes=st.lists(st.integers(0, 5), max_size=3),
+          reason=st.sampled_from(["write: f01", "read: f02", "scrub"]))
+    def repair_add(self, uid: str, indexes: list[int], reason: str) -> None:
+        layout = {"part_uid": uid, "placement": {"0": "n1"}, "n": len(indexes)}
+        self.same(lambda s: s.repair_add(layout, indexes, reason))
+
+    @rule(uid=part_uids)
+    def repair_get(self, uid: str) -> None:
+        a, b = self.both(lambda s: s.repair_get(uid))
+        assert untimed(a) == untimed(b)
+
+    @rule()
+    def repair_list(self) -> None:
+        a, b = self.both(lambda s: s.repair_list())
+        assert untimed(a) == untimed(b)
+
+    @rule(limit=st.integers(1, 3), lease=st.sampled_from([0.0, 10_000.0]))
+    def repair_claim(self, limit: int, lease: float) -> None:
+        a, b = self.both(lambda s: s.repair_claim(limit, lease))
+        assert untimed(a) == untimed(b)
+
+    @rule(uid=part_uids, indexes=st.lists(st.integers(0, 5), max_size=3))
+    def repair_resolve(self, uid: str, indexes: list[int]) -> None:
+        self.same(lambda s: s.repair_resolve(uid, indexes))
+
+    @rule(uid=part_uids, delay=st.sampled_from([0.0, 10_000.0]))
+    def repair_retry(self, uid: str, delay: float) -> None:
+        self.same(lambda s: s.repair_retry(uid, delay))
+
+    @rule(uid=part_uids)
+    def repair_done(self, uid: str) -> None:
+        self.same(lambda s: s.repair_done(uid))
+
+    @rule()
+    def repair_wake(self) -> None:
+        self.same(lambda s: s.repair_wake())
+
+    @rule(uid=part_uids, op=st.sampled_from(["begin", "end", "forget"]))
+    def deletion_change(self, uid: str, op: str) -> None:
+        self.same(lambda s: getattr(s, f"deletion_{op}")(uid))
+
+    @rule(uid=part_uids)
+    def deletion_state(self, uid: str) -> None:
+        self.same(lambda s: s.deletion_state(uid))
+
+    @rule(all_done=st.booleans())
+    def deletion_prune(self, all_done: bool) -> None:
+        self.same(lambda s: s.deletion_prune(1e12 if all_done else 0.0))
+
+    @invariant()
+    def same_queues(self) -> None:
+        if not hasattr(self, "sqlite"):
+            return
+        for call in (lambda s: s.repair_count(), lambda s: s.deletions(),
+                     lambda s: s.deletions_unfinished()):
+            a, b = self.both(call)
+            assert a == b
+        a, b = self.both(lambda s: s.repair_next_due())
+        assert (a[1] is None) == (b[1] is None)
+
+
+def untimed(answer: tuple[str, Any]) -> Any:
+    """An answer holding repair entries, without their `since` (each store's own clock)."""
+    def strip(v: Any) -> Any:
+        d = plain(v)
+        d.pop("since", None)
+        return d
+    kind, v = answer
+    if kind != "ok" or v is None:
+        return answer
+    return kind, [strip(x) for x in v] if isinstance(v, list) else strip(v)
 
 
 def queued(store: Any, loop: asyncio.AbstractEventLoop) -> list[str]:

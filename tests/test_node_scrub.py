@@ -118,5 +118,5 @@ async def test_cluster_heals_what_the_scrubber_found_by_itself(nodes, tmp_path) 
             await asyncio.sleep(0.1)
         assert c.stats["healed_parts"] == 1, c.stats
         await wait_damage(c, bad, False)
-        assert c.repair_queue.records() == []
+        assert (await c.repair_queue.records()) == []
         assert b"".join([b async for b in c.read_part(layout)]) == data

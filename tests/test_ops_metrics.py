@@ -4,6 +4,7 @@ mirror the erasure layer's event counters."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -115,6 +116,8 @@ def test_erasure_stats_feed_prometheus_and_stay_a_counter(tmp_path):
     for i in range(3):
         (tmp_path / "repair" / f"part{i}.p1.json").write_text("{}")
     (tmp_path / "repair" / ".part9.p1.json.123.tmp").write_text("{}")
-    m.watch_repair_queue(tmp_path)
+    from erasure.repairqueue import RepairQueue
+    m.watch_repair_queue(RepairQueue(tmp_path))
+    asyncio.run(m.refresh_repair_backlog())  # what the /metrics endpoint does first
     fams = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
     assert fams["zonegate_gateway_parts_awaiting_repair"].samples[0].value == 3

@@ -172,3 +172,29 @@ def test_status_refuses_a_bad_config_in_one_line(tmp_path):
     assert res.returncode == 1
     assert res.stderr.startswith("zonegate: error:") and "secret" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_status_reads_the_repair_backlog_from_the_gateways_store(cluster, tmp_path):
+    import asyncio
+    import tomllib
+
+    from gateway.metadata import SqliteStore
+    nodes, config, state = cluster
+    meta = tmp_path / "meta.sqlite"
+    doc = tomllib.loads(config.read_text())
+    doc["gateway"] = {"metadata": str(meta)}
+    shared = tmp_path / "shared.toml"
+    write_config(shared, doc)
+
+    async def queue(n: int) -> None:
+        s = SqliteStore(meta)
+        for i in range(n):
+            await s.repair_add({"part_uid": f"p{i}.p1"}, [1], "write: f01")
+        await s.close()
+    asyncio.run(queue(2))
+    res = status(shared, "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["parts_awaiting_repair"] == 2  # what every gateway on that store shares
+    assert out["repair_queue"] == f"metadata store {meta}"
+    assert "repair backlog: 2 parts" in status(shared).stdout

@@ -2,7 +2,8 @@
 repair backlog, request counters, and the zone map.
 
 Everything comes from what the gateway already has: its erasure cluster's node clients
-(readiness, signed `/v1/stats` and `/v1/zones`), its repair queue directory and its own
+(readiness, signed `/v1/stats` and `/v1/zones`), the repair queue (the metadata store's,
+shared by every gateway) and its own
 Prometheus registry (every worker's, merged, when several run). Node answers are cached for
 a second per worker, so any number of open consoles polling every 2 s cost the nodes one
 request each per second at most.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from gateway.health import cluster_health, refresh_nodes
@@ -106,16 +106,14 @@ def _add(total: dict[str, int | None], part: dict[str, int | None]) -> None:
         total[k] = (total.get(k) or 0) + v
 
 
-def repair_backlog(cluster: Any) -> int | None:
+async def repair_backlog(cluster: Any) -> int | None:
+    """Parts in the repair queue, None when it cannot be read (the store is away)."""
     queue = getattr(cluster, "repair_queue", None)
     if queue is None:
         return None
     try:
-        return sum(1 for p in Path(queue.dir).iterdir()
-                   if p.suffix == ".json" and not p.name.startswith("."))
-    except FileNotFoundError:
-        return 0
-    except OSError:
+        return await asyncio.wait_for(queue.size(), 2.0)  # the page must not hang on it
+    except Exception:
         return None
 
 
@@ -224,7 +222,7 @@ class ConsoleData:
                     "crc_failures": d.get("crc_failures"), "read_errors": d.get("read_errors"),
                 })
             nodes.append(node)
-        backlog = await asyncio.to_thread(repair_backlog, cluster)
+        backlog = await repair_backlog(cluster)
         return {
             "t": time.time(),
             "health": {**health, "ok": health["write_quorum"] and health["read_quorum"]},

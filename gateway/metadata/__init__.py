@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.metadata.queues import RepairEntry
 from gateway.metadata.sqlite import SqliteStore
 from gateway.metadata.store import (
     BucketRecord,
@@ -82,6 +83,6 @@ def describe(target: str) -> str:
 
 __all__ = [
     "BucketRecord", "ListPage", "MetadataStore", "ObjectRecord", "OrphanEntry", "PartRecord",
-    "SqliteStore", "StoreUnavailableError", "UploadRecord", "check_store", "describe", "is_database_url",
+    "RepairEntry", "SqliteStore", "StoreUnavailableError", "UploadRecord", "check_store", "describe", "is_database_url",
     "open_store", "store_from_config", "store_path",
 ]

@@ -30,9 +30,12 @@ TABLES: dict[str, str] = {
     "lifecycle_runs": "bucket, done_day, run_day, marker, worker, lease_until",
     "versions": "bucket, key, seq, version_id, delete_marker, size, etag, last_modified, owner, "
                 "version, headers, user_meta, checksum, parts, manifest, tags, acl",
+    # the shared repair queue and deletion records: a moved cluster forgets no pending repair
+    "repairs": "part_uid, layout, indexes, reason, since, due, leased, attempts",
+    "deletions": "part_uid, done, since",
 }
 # SQLite keeps booleans as integers
-BOOLEANS = {"versions": {"delete_marker"}}
+BOOLEANS = {"versions": {"delete_marker"}, "deletions": {"done"}}
 
 
 def register(sub: argparse._SubParsersAction) -> None:

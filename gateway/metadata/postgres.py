@@ -39,6 +39,8 @@ from gateway.metadata.partscache import PartsCache
 from gateway.metadata.pg_extra import PgExtras
 from gateway.metadata.pg_versions import PgVersions
 from gateway.metadata.pgrows import OBJ_COLS, Again, js, obj_row
+from gateway.metadata.queues_pg import MIGRATION as QUEUES_MIGRATION
+from gateway.metadata.queues_pg import PostgresQueues
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -115,6 +117,8 @@ MIGRATIONS: list[str] = [
                headers, user_meta, checksum, parts, manifest, tags, acl FROM objects;
     UPDATE objects SET version_id = 'null';
     """,
+    # the repair queue and deletion records, shared by every gateway (issue 13)
+    QUEUES_MIGRATION,
 ]
 
 # What a lost, restarting or overloaded database raises: the request gets 503 SlowDown.
@@ -186,7 +190,9 @@ def _part(r: Any) -> PartRecord:
     return PartRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
 
 
-class PostgresStore(PgVersions, PgExtras, MetadataStore):
+class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
+    _again = Again
+
     def __init__(self, url: str, *, free_delay: float = 0.0, password_file: str | None = None,
                  pool_size: int = POOL_SIZE, connect_timeout: float = CONNECT_TIMEOUT,
                  command_timeout: float = COMMAND_TIMEOUT) -> None:

@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
 from gateway.metadata.sqlite_extra import SqliteExtras
 from gateway.metadata.sqlite_versions import OBJ_COLS, SqliteVersions
+from gateway.metadata.queues_sqlite import MIGRATION as QUEUES_MIGRATION
+from gateway.metadata.queues_sqlite import SqliteQueues
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -100,6 +102,8 @@ MIGRATIONS: list[str] = [
                user_meta, checksum, parts, manifest, tags, acl FROM objects;
     UPDATE objects SET version_id = 'null';
     """,
+    # the repair queue and deletion records, shared by every gateway (issue 13)
+    QUEUES_MIGRATION,
 ]
 
 
@@ -120,7 +124,7 @@ def _bk(row: tuple) -> BucketRecord:
     return BucketRecord(row[0], row[1], row[2], row[3], json.loads(row[4]) if row[4] else None)
 
 
-class SqliteStore(SqliteVersions, SqliteExtras, MetadataStore):
+class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, MetadataStore):
     def __init__(self, path: str | Path, *, free_delay: float = 0.0) -> None:
         self.path = str(path)
         # Seconds between an object's data being replaced or deleted and its fragments

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import S3Error
+from gateway.metadata.queues import QueueStore
 
 
 @dataclass
@@ -177,7 +178,7 @@ class StoreUnavailableError(S3Error):
         return self.detail
 
 
-class MetadataStore(abc.ABC):
+class MetadataStore(QueueStore, abc.ABC):
     """What the S3 operations need from metadata. Old layouts freed by a call are queued in the
     orphan queue inside the same transaction, so a crash never loses track of them.
 
@@ -404,6 +405,8 @@ class MetadataStore(abc.ABC):
     async def lifecycle_done(self, bucket: str, worker: str, day: int) -> bool:
         """The day's run finished: the bucket is not claimed again before day + 1. False if
         worker no longer holds the lease."""
+
+    # repair queue and deletion records: see gateway/metadata/queues.py (QueueStore)
 
     # fragment audit
     @abc.abstractmethod

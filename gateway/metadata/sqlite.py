@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
-from gateway.metadata.sqlite_extra import SqliteExtras
-from gateway.metadata.sqlite_versions import OBJ_COLS, SqliteVersions
 from gateway.metadata.queues_sqlite import MIGRATION as QUEUES_MIGRATION
 from gateway.metadata.queues_sqlite import SqliteQueues
+from gateway.metadata.sqlite_extra import SqliteExtras
+from gateway.metadata.sqlite_versions import OBJ_COLS, SqliteVersions
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,

@@ -17,12 +17,11 @@ from typing import Any
 
 from starlette.responses import Response
 
-from erasure.errors import ErasureError
-from gateway import bucketmarkers
 from gateway.deletemarkers import new_marker, write_markers
 from gateway.errors import S3Error
 from gateway.metadata.store import DeleteItem, NoSuchBucketError, ObjectRecord
 from gateway.metadata.versionids import new_version_id
+from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import (
     MAX_DELETE_KEYS,
     S3_NS,
@@ -66,19 +65,12 @@ async def bucket_state(store: Any, bucket: str) -> str:
 
 
 async def put_versioning(req: S3Request) -> Response:
-    """PutBucketVersioning. The marker on the nodes is rewritten with the new document, so
-    recover-metadata brings the state back."""
-    rec = await require_bucket(req)
+    """PutBucketVersioning (the marker on the nodes is rewritten with the new document, so
+    recover-metadata brings the state back)."""
+    await require_bucket(req)
     status = parse_versioning_configuration(await read_small_body(req, 64 * 1024))
-    if not await req.gw.store.put_bucket_config(req.bucket, KIND, json.dumps({"Status": status})):
+    if not await save_bucket_config(req.gw, req.bucket, KIND, json.dumps({"Status": status})):
         raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
-    try:
-        await bucketmarkers.rewrite_marker(req.gw.storage.cluster, req.gw.store, rec)
-    except ErasureError as e:
-        # The state is set; only its copy on the nodes is behind. A retry rewrites it.
-        log.warning("bucket marker of %s not rewritten: %s", req.bucket, e)
-        raise S3Error("ServiceUnavailable", "Not enough storage nodes answered to record the "
-                      "versioning state on them. Please retry.") from None
     return Response(b"")
 
 

@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 
 from tests.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, archive_ids, signed_request, wait_for
 from tests.pgserver import PgServer, skip_reason
+from tests.s3versions import boto_versions, raw_versions, versions_of
 
 pytestmark = pytest.mark.timeout(300)
 MiB = 1024 * 1024
@@ -64,50 +65,6 @@ def bucket(s3):
 
 def code_of(e: ClientError) -> str:
     return e.response["Error"]["Code"]
-
-
-def raw_versions(cluster, bucket: str, query: str) -> bytes:
-    status, _, body = signed_request(cluster, "GET", f"/{bucket}", query=query)
-    assert status == 200, body
-    return body
-
-
-def versions_of(cluster, bucket: str, prefix: str = "",
-                max_keys: int = 1000) -> list[tuple[str, str, bool, bool]]:
-    """(key, version id, is latest, is delete marker) of every version, in S3's order (the
-    XML's own: boto3 splits Versions and DeleteMarkers into two lists), walking the pages by
-    NextKeyMarker / NextVersionIdMarker."""
-    import xml.etree.ElementTree as ET
-    from urllib.parse import quote
-    out: list[tuple[str, str, bool, bool]] = []
-    km = vm = ""
-    while True:
-        q = f"versions&max-keys={max_keys}&prefix={quote(prefix, safe='')}"
-        if km:
-            q += f"&key-marker={quote(km, safe='')}"
-        if vm:
-            q += f"&version-id-marker={vm}"
-        root = ET.fromstring(raw_versions(cluster, bucket, q))
-        ns = "{http://s3.amazonaws.com/doc/2006-03-01/}"
-        for el in root:
-            tag = el.tag.replace(ns, "")
-            if tag in ("Version", "DeleteMarker"):
-                out.append((el.findtext(ns + "Key"), el.findtext(ns + "VersionId"),
-                            el.findtext(ns + "IsLatest") == "true", tag == "DeleteMarker"))
-        if root.findtext(ns + "IsTruncated") != "true":
-            return out
-        km = root.findtext(ns + "NextKeyMarker") or ""
-        vm = root.findtext(ns + "NextVersionIdMarker") or ""
-
-
-def boto_versions(s3, bucket: str, **kw) -> set[tuple[str, str, bool, bool]]:
-    """The same through boto3's paginator (as a set: boto3 loses the interleaving)."""
-    out = set()
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, **kw):
-        out |= {(v["Key"], v["VersionId"], v["IsLatest"], False) for v in page.get("Versions", [])}
-        out |= {(v["Key"], v["VersionId"], v["IsLatest"], True)
-                for v in page.get("DeleteMarkers", [])}
-    return out
 
 
 def test_versioning_state_round_trip_and_bad_documents_change_nothing(cluster, s3):

@@ -30,7 +30,7 @@ from gateway.streams import stream_hint
 KIND = "delete-marker"
 PREFIX = "dm:"
 # Marker writes of one DeleteObjects in flight at once: each is one small request per node.
-CONCURRENCY = 32
+CONCURRENCY = 128
 
 
 def marker_uid(version_id: str) -> str:

@@ -111,7 +111,7 @@ def test_unversioned_bucket_answers_no_version_ids(s3):
     assert "Versions" not in s3.list_object_versions(Bucket="plainv")
 
 
-def test_overwrites_keep_every_version_readable_by_id(s3, bucket):
+def test_overwrites_keep_every_version_readable_by_id(cluster, s3, bucket):
     bodies = [os.urandom(1000 + i) for i in range(3)]
     ids = [s3.put_object(Bucket=bucket, Key="ckpt/model.pt", Body=b)["VersionId"]
            for b in bodies]
@@ -252,7 +252,7 @@ def test_delete_objects_with_versions_and_markers(s3, bucket):
     assert s3.get_object(Bucket=bucket, Key="b")["VersionId"] == ids["b"][1]
 
 
-def test_delete_objects_of_1000_keys_in_one_request(s3, bucket):
+def test_delete_objects_of_1000_keys_in_one_request(cluster, s3, bucket):
     from concurrent.futures import ThreadPoolExecutor
     keys = [f"many/{i:04d}" for i in range(1000)]
     with ThreadPoolExecutor(8) as ex:
@@ -275,7 +275,7 @@ def test_delete_objects_of_1000_keys_in_one_request(s3, bucket):
           f"{versions_s:.2f} s deleting versions by id")
 
 
-def test_copy_from_a_version_and_restore_it_in_place(s3, bucket):
+def test_copy_from_a_version_and_restore_it_in_place(cluster, s3, bucket):
     v1 = s3.put_object(Bucket=bucket, Key="src", Body=b"old bytes")["VersionId"]
     s3.put_object(Bucket=bucket, Key="src", Body=b"new bytes")
     r = s3.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src",

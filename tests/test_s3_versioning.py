@@ -39,6 +39,7 @@ def cluster(request, tmp_path_factory):
         opts.update(metadata=server.new_database("vers"),
                     metadata_password_file=str(server.password_file))
     g = Gateway(tmp_path_factory.mktemp(f"vers-{request.param}"), gateway_options=opts)
+    g.backend = request.param
     g.start()
     yield g
     g.stop()
@@ -252,27 +253,32 @@ def test_delete_objects_with_versions_and_markers(s3, bucket):
     assert s3.get_object(Bucket=bucket, Key="b")["VersionId"] == ids["b"][1]
 
 
+@pytest.mark.slow
 def test_delete_objects_of_1000_keys_in_one_request(cluster, s3, bucket):
+    if cluster.backend != "sqlite":
+        pytest.skip("one backend is enough for the figure")
     from concurrent.futures import ThreadPoolExecutor
     keys = [f"many/{i:04d}" for i in range(1000)]
-    with ThreadPoolExecutor(8) as ex:
-        vids = list(ex.map(lambda k: s3.put_object(Bucket=bucket, Key=k, Body=b"x")["VersionId"],
-                           keys))
+    with ThreadPoolExecutor(8) as ex:  # a tenth of them hold an object under the marker
+        list(ex.map(lambda k: s3.put_object(Bucket=bucket, Key=k, Body=b"x"), keys[::10]))
     t = time.monotonic()
     r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys],
                                                  "Quiet": True})
     markers_s = time.monotonic() - t
-    assert not r.get("Errors") and "Contents" not in s3.list_objects_v2(Bucket=bucket,
-                                                                        Prefix="many/")
+    assert not r.get("Errors")
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix="many/")
+    left = versions_of(cluster, bucket, prefix="many/")
+    assert len(left) == 1100 and sum(m for *_, m in left) == 1000
     t = time.monotonic()
     r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [
-        {"Key": k, "VersionId": v} for k, v in zip(keys, vids, strict=True)]})
+        {"Key": k, "VersionId": v} for k, v, _, marker in left if marker]})
     versions_s = time.monotonic() - t
     assert len(r["Deleted"]) == 1000 and not r.get("Errors")
-    left = versions_of(cluster, bucket, prefix="many/")
-    assert len(left) == 1000 and all(marker for _, _, _, marker in left)
-    print(f"\nDeleteObjects of 1000 keys: {markers_s:.2f} s writing delete markers, "
-          f"{versions_s:.2f} s deleting versions by id")
+    assert all(d["DeleteMarker"] for d in r["Deleted"])
+    assert len(s3.list_objects_v2(Bucket=bucket, Prefix="many/")["Contents"]) == 100
+    assert not any(m for *_, m in versions_of(cluster, bucket, prefix="many/"))
+    print(f"\nDeleteObjects of 1000 keys: {markers_s:.2f} s adding delete markers "
+          f"(written to the nodes), {versions_s:.2f} s deleting 1000 versions by id")
 
 
 def test_copy_from_a_version_and_restore_it_in_place(cluster, s3, bucket):
@@ -352,6 +358,8 @@ def test_list_versions_pages_markers_prefixes_and_url_encoding(cluster, s3, buck
 
 
 def test_aws_cli_s3api_versioning(cluster, tmp_path):
+    if cluster.backend != "sqlite":
+        pytest.skip("the cli's requests are the same on both backends")
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": str(tmp_path / "none"),
            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "NO_PROXY": "*"}
@@ -366,7 +374,6 @@ def test_aws_cli_s3api_versioning(cluster, tmp_path):
     s3api("create-bucket", "--bucket", "cliv")
     s3api("put-bucket-versioning", "--bucket", "cliv",
           "--versioning-configuration", "Status=Enabled")
-    assert s3api("get-bucket-versioning", "--bucket", "cliv")["Status"] == "Enabled"
     f = tmp_path / "f"
     f.write_bytes(b"one")
     v1 = s3api("put-object", "--bucket", "cliv", "--key", "k", "--body", str(f))["VersionId"]

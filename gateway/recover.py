@@ -7,13 +7,14 @@ Every fragment archive carries the caller's meta dict (gateway/storage.py):
 - kind "part": a multipart part; used through its manifest, otherwise it belongs to an upload
   that never completed and is skipped (queued for deletion after a grace period).
 - kind "bucket": a bucket marker (gateway/bucketmarkers.py), written at CreateBucket and
-  removed at DeleteBucket; it carries the bucket's configuration documents (versioning, ...).
+  removed at DeleteBucket; it carries the bucket's ACL and configuration documents.
 - kind "delete-marker": a delete marker of a versioned bucket (gateway/deletemarkers.py).
 Every version of a key comes back, delete markers included, in their order, with tags
 (gateway/recoverversions.py); of several copies of one version id (a "null" version replaced
 before the sweeper freed it) the newest wins, and the others are queued for deletion after a
-grace period. A bucket comes back from its marker (owner, creation
-time, region; the newest marker of a name wins), so empty buckets come back too; a bucket with
+grace period. A bucket comes back from its marker (owner, creation time, region, ACL and
+configuration documents; the newest marker of a name wins), so empty buckets come back too;
+a bucket with
 objects but no marker (created before markers existed) is recreated from its objects as before:
 owned by the owner of its oldest object, created then, in the gateway's region. A marker with
 fewer than k archives is what a DeleteBucket left on a node that was down: it brings nothing
@@ -164,6 +165,7 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
                 rec = BucketRecord(name, owner, created, region)
             if await store.get_bucket(name) is None:
                 await store.create_bucket(rec)
+                # the ACL came with rec; the configuration documents below
                 report.buckets += 1
                 report.empty_buckets += name not in owners
             report.configs += await restore_configs(store, name, found.configs.get(name),

@@ -85,17 +85,16 @@ async def write_chain(store: Any, chain: list[ObjectRecord]) -> int:
 
 async def restore_configs(store: Any, bucket: str, configs: dict[str, str] | None,
                           versioned: bool) -> int:
-    """Put back the bucket's configuration documents from its marker. A marker from before
-    markers carried them (configs None) says nothing: a bucket holding versions is then
-    taken as versioning-enabled, the state that keeps them."""
+    """Put back the bucket's configuration documents from its marker (those the store does
+    not hold yet). A bucket holding versions whose marker names no versioning state (a marker
+    whose rewrite was missed) is taken as versioning-enabled: versioning is never undone, and
+    that state keeps the versions."""
     n = 0
-    if configs is None:
-        if versioned and await store.get_bucket_config(bucket, "versioning") is None:
-            await store.put_bucket_config(bucket, "versioning", json.dumps({"Status": "Enabled"}))
-            n += 1
-        return n
-    for kind, doc in configs.items():
+    for kind, doc in (configs or {}).items():
         if kind in CONFIG_KINDS and await store.get_bucket_config(bucket, kind) is None:
             await store.put_bucket_config(bucket, kind, doc)
             n += 1
+    if versioned and await store.get_bucket_config(bucket, "versioning") is None:
+        await store.put_bucket_config(bucket, "versioning", json.dumps({"Status": "Enabled"}))
+        n += 1
     return n

@@ -1,10 +1,19 @@
-"""Saving a bucket configuration document (versioning, lifecycle, tagging, ...): the store's
-row, then the bucket marker on the nodes rewritten with every document the bucket has, so
-`recover-metadata` brings them back (gateway/bucketmarkers.py)."""
+"""Saving a bucket's configuration documents and ACL: in the metadata store, then in the
+bucket's marker on the nodes (gateway/bucketmarkers.py), so `recover-metadata` brings them
+back. The operations (versioning, lifecycle, tagging, policy, CORS, ACLs, ...) call these after
+validating and normalising the client's document.
+
+Order: the store first, then the marker rewrite; the change is acknowledged only once the
+marker is durable. A marker that cannot be written (below the write quorum) is 503 for the
+client: the store holds the new document already, and the retry rewrites the marker. Marker
+rewrites of one bucket are serialised within a gateway process, each reading the documents
+afresh, so the last one written holds them all."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 from typing import Any
 
 from erasure.errors import ErasureError
@@ -13,21 +22,44 @@ from gateway.errors import S3Error
 
 log = logging.getLogger("zonegate.bucketconfig")
 
+_locks: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = \
+    weakref.WeakValueDictionary()
 
-async def save_bucket_config(gw: Any, bucket: str, kind: str, doc: str | None) -> bool:
-    """Set (doc: normalised JSON) or delete (None) the bucket's document of `kind`, then
-    rewrite its marker. False: no such bucket. The document is stored even when too few nodes
-    answer the marker rewrite; the client then gets 503 ServiceUnavailable, and its retry
-    rewrites the marker."""
+
+def _lock(gw: Any, bucket: str) -> asyncio.Lock:
+    key = (id(gw), bucket)
+    lock = _locks.get(key)
+    if lock is None:
+        lock = _locks[key] = asyncio.Lock()
+    return lock
+
+
+async def save_bucket_config(gw: Any, bucket: str, kind: str, doc: str | None) -> None:
+    """Store the bucket's document of this kind (None deletes it) and rewrite its marker.
+    NoSuchBucket if the bucket is gone; ServiceUnavailable if the marker cannot be written."""
     if not await gw.store.put_bucket_config(bucket, kind, doc):
-        return False
-    rec = await gw.store.get_bucket(bucket)
-    if rec is None:
-        return False
-    try:
-        await bucketmarkers.rewrite_marker(gw.storage.cluster, gw.store, rec)
-    except ErasureError as e:
-        log.warning("bucket marker of %s not rewritten after a %s change: %s", bucket, kind, e)
-        raise S3Error("ServiceUnavailable", "Not enough storage nodes answered to record the "
-                      "bucket configuration on them. Please retry.") from None
-    return True
+        raise S3Error("NoSuchBucket", BucketName=bucket)
+    await rewrite_marker(gw, bucket)
+
+
+async def save_bucket_acl(gw: Any, bucket: str, acl: list[dict[str, Any]] | None) -> None:
+    """Store the bucket's grant list (None: owner only) and rewrite its marker."""
+    if not await gw.store.put_bucket_acl(bucket, acl):
+        raise S3Error("NoSuchBucket", BucketName=bucket)
+    await rewrite_marker(gw, bucket)
+
+
+async def rewrite_marker(gw: Any, bucket: str) -> None:
+    """Write the bucket's marker again from what the store holds now."""
+    async with _lock(gw, bucket):
+        rec = await gw.store.get_bucket(bucket)
+        if rec is None:
+            raise S3Error("NoSuchBucket", BucketName=bucket)
+        configs = await gw.store.bucket_configs(bucket)
+        try:
+            await bucketmarkers.write_marker(gw.storage.cluster, rec, configs)
+        except ErasureError as e:
+            log.warning("bucket %s: configuration stored but its marker not rewritten: %s",
+                        bucket, e)
+            raise S3Error("ServiceUnavailable", "Not enough storage nodes answered; please "
+                          "retry.") from None

@@ -69,8 +69,7 @@ async def put_versioning(req: S3Request) -> Response:
     recover-metadata brings the state back)."""
     await require_bucket(req)
     status = parse_versioning_configuration(await read_small_body(req, 64 * 1024))
-    if not await save_bucket_config(req.gw, req.bucket, KIND, json.dumps({"Status": status})):
-        raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
+    await save_bucket_config(req.gw, req.bucket, KIND, json.dumps({"Status": status}))
     return Response(b"")
 
 

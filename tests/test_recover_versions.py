@@ -9,11 +9,14 @@ import io
 import os
 import subprocess
 import sys
+import tomllib
 
 import pytest
 from boto3.s3.transfer import TransferConfig
 
+from erasure.config import write_config
 from tests.gwcluster import Gateway, archive_ids, wait_for
+from tests.pgserver import PgServer, skip_reason
 from tests.s3versions import versions_of
 
 pytestmark = pytest.mark.timeout(300)
@@ -39,8 +42,37 @@ def snapshot(g: Gateway, s3, buckets: list[str]) -> dict:
     return out
 
 
-def test_recover_metadata_brings_back_every_version_and_delete_marker(tmp_path):
-    g = Gateway(tmp_path)
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request):
+    """None for the embedded store, else a PostgreSQL server."""
+    if request.param == "sqlite":
+        yield None
+        return
+    if skip_reason() is not None:
+        pytest.skip(skip_reason() or "")
+    server = PgServer()
+    server.start()
+    yield server
+    server.destroy()
+
+
+def lose_the_store(g: Gateway, pg: PgServer | None) -> None:
+    """The metadata is gone: the SQLite files deleted, or a new, empty database configured."""
+    if pg is None:
+        for suffix in ("", "-wal", "-shm"):
+            p = g.meta_path.with_name(g.meta_path.name + suffix)
+            if p.exists():
+                p.unlink()
+        return
+    cfg = tomllib.loads(g.config_path.read_text())
+    cfg["gateway"]["metadata"] = pg.new_database("recovered")
+    write_config(g.config_path, cfg)
+
+
+def test_recover_metadata_brings_back_every_version_and_delete_marker(tmp_path, backend):
+    opts = {} if backend is None else {"metadata": backend.new_database("lost"),
+                                       "metadata_password_file": str(backend.password_file)}
+    g = Gateway(tmp_path, gateway_options=opts)
     g.start()
     try:
         s3 = g.client()
@@ -94,10 +126,7 @@ def test_recover_metadata_brings_back_every_version_and_delete_marker(tmp_path):
         assert doomed_archives and wait_for(lambda: not (doomed_archives & archive_ids(g)))
 
         g.stop_gateway()
-        for suffix in ("", "-wal", "-shm"):
-            p = g.meta_path.with_name(g.meta_path.name + suffix)
-            if p.exists():
-                p.unlink()
+        lose_the_store(g, backend)
         r = zonegate(g, "recover-metadata")
         assert r.returncode == 0, r.stdout + r.stderr
         g.start_gateway()

@@ -12,7 +12,11 @@ the "directory" they belong to.
 The marker's layout is the VersionRecord's `manifest`: deleting the marker version (or the
 null version it replaced) queues it like any layout, and the fragment audit sees it owned.
 Markers are written before the metadata commit, under a pending mark as every write is
-(gateway/storage.py), so a crash in between leaves a mark the sweeper resolves.
+(gateway/storage.py), so a crash in between leaves a mark the sweeper resolves. The store's
+put_delete_marker / delete_many take no `release` list, so the mark is dropped just after the
+commit: a crash in that instant leaves the mark, and after `pending_grace_seconds` the sweeper
+deletes the archives of a committed marker. The marker itself stays (its row is in the
+store); only a later recover-metadata would not see it.
 """
 
 from __future__ import annotations

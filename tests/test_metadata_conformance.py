@@ -604,7 +604,7 @@ def test_sqlite_and_postgres_give_the_same_answers(pg_server) -> None:
 
 
 def test_sqlite_and_postgres_keep_the_same_versions(pg_server) -> None:
-    run_machine(pg_server, SameVersions, 20, 30)
+    run_machine(pg_server, SameVersions, 15, 30)
 
 
 @pytest.mark.parametrize("key", ["\x00", "a\x00b"])

@@ -29,7 +29,17 @@ from gateway.auth import StaticCredentials
 from gateway.errors import S3Error, error_xml
 from gateway.lifecycle.worker import LifecycleWorker
 from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
-from gateway.ops import buckets, copy, lifecycle, listing, multipart, objects, service, tags
+from gateway.ops import (
+    buckets,
+    copy,
+    lifecycle,
+    listing,
+    multipart,
+    objects,
+    service,
+    tags,
+    versioning,
+)
 from gateway.ops.common import S3Request, new_request_id
 from gateway.storage import Storage
 from zonestore.logsetup import REQUEST_ID
@@ -232,10 +242,11 @@ def route(req: S3Request) -> Handler:
             ("HEAD", frozenset()): buckets.head_bucket,
             ("DELETE", frozenset()): buckets.delete_bucket,
             ("GET", frozenset({"location"})): buckets.get_location,
-            ("GET", frozenset({"versioning"})): buckets.get_versioning,
+            ("GET", frozenset({"versioning"})): versioning.get_versioning,
+            ("PUT", frozenset({"versioning"})): versioning.put_versioning,
             ("GET", frozenset({"uploads"})): multipart.list_uploads,
             ("GET", frozenset({"versions"})): listing.list_versions,
-            ("POST", frozenset({"delete"})): objects.delete_objects,
+            ("POST", frozenset({"delete"})): versioning.delete_objects,
             **BUCKET_CONFIG_ROUTES,
         }
         if m == "GET" and not subs:
@@ -252,7 +263,7 @@ def route(req: S3Request) -> Handler:
     table = {
         ("GET", frozenset()): objects.get_object,
         ("HEAD", frozenset()): objects.head_object,
-        ("DELETE", frozenset()): objects.delete_object,
+        ("DELETE", frozenset()): versioning.delete_object,
         ("POST", frozenset({"uploads"})): multipart.create_upload,
         ("POST", frozenset({"uploadId"})): multipart.complete_upload,
         ("GET", frozenset({"uploadId"})): multipart.list_parts,
@@ -298,7 +309,7 @@ def _base_headers(request_id: str) -> dict[str, str]:
 
 
 def error_response(err: S3Error, request_id: str, method: str, resource: str) -> Response:
-    headers = _base_headers(request_id)
+    headers = {**err.headers, **_base_headers(request_id)}
     if method == "HEAD" or err.status == 304:
         # HEAD errors and 304 carry no body.
         return Response(b"", status_code=err.status, headers=headers)

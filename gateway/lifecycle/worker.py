@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import socket
@@ -29,7 +28,8 @@ from typing import Any
 
 from gateway.lifecycle import config as lcconfig
 from gateway.lifecycle import rules
-from gateway.metadata.store import StoreUnavailableError
+from gateway.metadata.store import NoSuchBucketError, StoreUnavailableError
+from gateway.ops.versioning import state_of
 
 log = logging.getLogger("zonegate.lifecycle")
 
@@ -37,20 +37,6 @@ PAGE = 500
 LEASE = 300.0
 DEFAULT_INTERVAL = 600.0
 DEFAULT_RATE = 200.0  # lifecycle actions per second, per worker
-
-
-def versioning_state(doc: str | None) -> str:
-    """The store's versioning state ("off", "enabled", "suspended") of a bucket's
-    `versioning` config document (the status, plain or as JSON)."""
-    if not doc:
-        return "off"
-    value: Any = doc.strip()
-    with contextlib.suppress(ValueError):
-        value = json.loads(value)
-    if isinstance(value, dict):
-        value = value.get("Status") or value.get("status") or ""
-    value = str(value).strip().lower()
-    return value if value in ("enabled", "suspended") else "off"
 
 
 @dataclass
@@ -162,7 +148,7 @@ class LifecycleWorker:
         doc = lcconfig.load(await store.get_bucket_config(bucket, "lifecycle"))
         if doc:
             now = time.time()
-            state = versioning_state(await store.get_bucket_config(bucket, "versioning"))
+            state = state_of(await store.get_bucket_config(bucket, "versioning"))
             phase, _, rest = marker.partition(":") if marker else ("o", "", "")
             phases = ["o", "v", "u"]
             start = phases.index(phase) if phase in phases else 0
@@ -215,21 +201,34 @@ class LifecycleWorker:
         if state == "off":
             gone = await store.delete_object(bucket, listed.key)
         else:
-            gone = await store.put_delete_marker(await self._marker(bucket, listed.key, state),
-                                                 state)
+            gone = await self._put_marker(bucket, listed.key, state)
         self.gw.kick_sweeper()
         return gone is not None
 
-    async def _marker(self, bucket: str, key: str, state: str) -> Any:
-        from gateway.metadata.store import VersionRecord
+    async def _put_marker(self, bucket: str, key: str, state: str) -> Any:
+        """A delete marker, written to the nodes first as DeleteObject writes it
+        (gateway/deletemarkers.py), so recovery sees the expiration too."""
+        from gateway.deletemarkers import new_marker, write_markers
         from gateway.metadata.versionids import new_version_id
-        from gateway.storage import new_version
-        b = await self.gw.store.get_bucket(bucket)
-        return VersionRecord(bucket=bucket, key=key, size=0, etag="",
-                             last_modified=time.time(), owner=b.owner if b else "",
-                             version=new_version(),
-                             version_id=new_version_id() if state == "enabled" else "null",
-                             is_latest=True, delete_marker=True)
+        store = self.gw.store
+        b = await store.get_bucket(bucket)
+        marker = new_marker(bucket, key, b.owner if b else "",
+                            new_version_id() if state == "enabled" else "null", time.time())
+        marks, errors = await write_markers(self.gw.storage, store, [marker],
+                                            self.gw.storage.pending_grace)
+        if errors[0] is not None:
+            raise errors[0]
+        done = [m for m in marks if m is not None]
+        # The pending mark goes once the commit is known to have happened or not; after any
+        # other failure it stays, and the sweeper deletes the marker's archives.
+        try:
+            stored = await store.put_delete_marker(marker, state)
+        except NoSuchBucketError:
+            await store.queue_orphans([marker.manifest])
+            await store.done_orphans(done)
+            return None
+        await store.done_orphans(done)
+        return stored
 
     async def _versions(self, bucket: str, day: int, doc: dict[str, Any], now: float,
                         after: str) -> None:

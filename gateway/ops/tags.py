@@ -17,7 +17,9 @@ from starlette.responses import Response
 from gateway import checksums
 from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
+from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import S3Request, read_small_body, require_bucket
+from gateway.ops.versioning import checked_version_id, object_for_read
 from gateway.tagging import parse_tagging, parse_tagging_header, render_tagging
 
 MAX_TAGGING_BODY = 256 * 1024
@@ -90,27 +92,14 @@ def tag_count_header(obj: ObjectRecord) -> dict[str, str]:
 
 def _version_query(req: S3Request) -> str | None:
     vid = req.query.get("versionId")
-    if vid is not None and vid == "":
-        raise S3Error("InvalidArgument", "Version id cannot be the empty string",
-                      ArgumentName="versionId", ArgumentValue="")
-    return vid
+    return checked_version_id(vid) if vid is not None else None
 
 
 async def tagged_version(req: S3Request) -> ObjectRecord:
-    """The object (or the version `versionId` names) whose tags a request addresses."""
+    """The object (or the version `versionId` names) whose tags a request addresses:
+    NoSuchKey, NoSuchVersion, or 405 for a delete marker, as GET answers."""
     await require_bucket(req)
-    vid = _version_query(req)
-    store = req.gw.store
-    obj = await (store.get_object(req.bucket, req.key) if vid is None
-                 else store.get_object(req.bucket, req.key, vid))
-    if obj is None:
-        if vid is None:
-            raise S3Error("NoSuchKey", resource=req.resource, Key=req.key)
-        raise S3Error("NoSuchVersion", Key=req.key, VersionId=vid)
-    if getattr(obj, "delete_marker", False):
-        raise S3Error("MethodNotAllowed", "The specified method is not allowed against a "
-                      "delete marker.", ResourceType="DeleteMarker", Method=req.method)
-    return obj
+    return await object_for_read(req, req.bucket, req.key, _version_query(req))
 
 
 def _version_header(obj: ObjectRecord, vid: str | None) -> dict[str, str]:
@@ -153,30 +142,17 @@ async def delete_object_tagging(req: S3Request) -> Response:
 
 # ---- bucket tagging ---------------------------------------------------------------------
 
-async def _save(req: S3Request, kind: str, doc: str | None) -> None:
-    """Store a bucket config document (the marker rewrite rides along where the helper
-    exists: gateway/ops/bucketconfig.py)."""
-    try:
-        from gateway.ops.bucketconfig import save_bucket_config  # type: ignore[import-not-found]
-    except ImportError:
-        save_bucket_config = None
-    if save_bucket_config is not None:
-        ok = await save_bucket_config(req.gw, req.bucket, kind, doc)
-    else:
-        ok = await req.gw.store.put_bucket_config(req.bucket, kind, doc)
-    if ok is False:
-        raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
-
-
 async def save_config(req: S3Request, kind: str, doc: str | None) -> None:
-    await _save(req, kind, doc)
+    """Store a bucket config document; its bucket marker is rewritten with it."""
+    if not await save_bucket_config(req.gw, req.bucket, kind, doc):
+        raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
 
 
 async def put_bucket_tagging(req: S3Request) -> Response:
     await require_bucket(req)
     require_integrity_header(req)
     tags = parse_tagging(await read_small_body(req, MAX_TAGGING_BODY), "bucket")
-    await _save(req, "tagging", json.dumps(tags, separators=(",", ":"), ensure_ascii=False)
+    await save_config(req, "tagging", json.dumps(tags, separators=(",", ":"), ensure_ascii=False)
                 if tags else None)
     return Response(status_code=204)
 
@@ -201,5 +177,5 @@ async def get_bucket_tagging(req: S3Request) -> Response:
 
 async def delete_bucket_tagging(req: S3Request) -> Response:
     await require_bucket(req)
-    await _save(req, "tagging", None)
+    await save_config(req, "tagging", None)
     return Response(status_code=204)

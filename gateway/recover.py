@@ -230,9 +230,9 @@ def cmd_recover(args: argparse.Namespace) -> int:
                              "or pass --force to merge into it")
     with progress() as prog:
         report = asyncio.run(recover(config, progress=prog))
-    print(f"recovered {report.objects} objects ({report.multipart} multipart; "
-          f"{report.versions} versions with {report.delete_markers} delete markers) in "
-          f"{report.buckets} new buckets ({report.empty_buckets} empty) into {meta_path}; "
+    print(f"recovered {report.objects} objects ({report.multipart} multipart) in "
+          f"{report.buckets} new buckets ({report.empty_buckets} empty) into {meta_path}, "
+          f"{report.versions} versions in all ({report.delete_markers} delete markers); "
           f"{report.superseded} older versions and {report.skipped_parts} unreferenced parts "
           f"queued for deletion in {GRACE / 3600:.0f} h")
     if report.markers_written:

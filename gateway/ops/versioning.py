@@ -166,43 +166,41 @@ def read_headers(req: S3Request, obj: ObjectRecord) -> dict[str, str]:
 
 # ---- deletes ---------------------------------------------------------------------------------
 
-async def _add_markers(req: S3Request, keys: list[str], state: str
-                       ) -> tuple[list[Any], list[int | None], list[S3Error | None]]:
-    """New delete markers for keys, written to the nodes (see gateway/deletemarkers.py)."""
+async def add_markers(gw: Any, bucket: str, owner: str, keys: list[str], state: str
+                      ) -> tuple[list[Any], list[int | None], list[S3Error | None]]:
+    """New delete markers for keys, written to the nodes (see gateway/deletemarkers.py): the
+    markers, their pending marks (release them once committed) and per key the write's
+    error, if any."""
     t = now()
-    markers = [new_marker(req.bucket, k, req.user,
-                          new_version_id() if state == "enabled" else NULL, t) for k in keys]
-    marks, errors = await write_markers(req.gw.storage, req.gw.store, markers,
-                                        req.gw.storage.pending_grace)
+    markers = [new_marker(bucket, k, owner, new_version_id() if state == "enabled" else NULL,
+                          t) for k in keys]
+    marks, errors = await write_markers(gw.storage, gw.store, markers,
+                                        gw.storage.pending_grace)
     return markers, marks, errors
 
 
-async def _release(req: S3Request, marks: list[int | None]) -> None:
+async def release(gw: Any, marks: list[int | None]) -> None:
     done = [m for m in marks if m is not None]
     if done:
-        await req.gw.store.done_orphans(done)
+        await gw.store.done_orphans(done)
 
 
-async def delete_object(req: S3Request) -> Response:
-    """DeleteObject: a version by id (204 even when there is none, as S3), a delete marker on a
-    versioned bucket, else the object."""
-    await require_bucket(req)
-    store = req.gw.store
-    vid = requested_version(req)
-    if vid is not None:
-        gone = await store.delete_version(req.bucket, req.key, vid)
-        headers = {"x-amz-version-id": vid}
-        if gone is not None:
-            if getattr(gone, "delete_marker", False):
-                headers["x-amz-delete-marker"] = "true"
-            notify_sweeper(req)
-        return Response(status_code=204, headers=headers)
-    state = await bucket_state(store, req.bucket)
+async def delete_current(gw: Any, bucket: str, key: str, owner: str,
+                         state: str | None = None) -> Any:
+    """DELETE without a version id, as S3 does it for the bucket's versioning state: "off"
+    removes the object (returns its record, None if absent); enabled or suspended adds a
+    delete marker, written to the nodes first (returns the marker as stored).
+    NoSuchBucket when the bucket went meanwhile; ServiceUnavailable when too few nodes
+    answered the marker write. For DeleteObject and the lifecycle worker alike."""
+    store = gw.store
+    if state is None:
+        state = await bucket_state(store, bucket)
     if state == "off":
-        if await store.delete_object(req.bucket, req.key) is not None:
-            notify_sweeper(req)
-        return Response(status_code=204)
-    markers, marks, errors = await _add_markers(req, [req.key], state)
+        gone = await store.delete_object(bucket, key)
+        if gone is not None:
+            gw.kick_sweeper()
+        return gone
+    markers, marks, errors = await add_markers(gw, bucket, owner, [key], state)
     if errors[0] is not None:
         raise errors[0]
     # The pending mark goes once the commit is known to have happened (or is known not to):
@@ -211,13 +209,33 @@ async def delete_object(req: S3Request) -> Response:
         stored = await store.put_delete_marker(markers[0], state)
     except NoSuchBucketError:
         await store.queue_orphans([markers[0].manifest])
-        await _release(req, marks)
-        notify_sweeper(req)
-        raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket) from None
-    await _release(req, marks)
-    notify_sweeper(req)
+        await release(gw, marks)
+        gw.kick_sweeper()
+        raise S3Error("NoSuchBucket", resource="/" + bucket, BucketName=bucket) from None
+    await release(gw, marks)
+    gw.kick_sweeper()
+    return stored
+
+
+async def delete_object(req: S3Request) -> Response:
+    """DeleteObject: a version by id (204 even when there is none, as S3), a delete marker on a
+    versioned bucket, else the object."""
+    await require_bucket(req)
+    vid = requested_version(req)
+    if vid is not None:
+        gone = await req.gw.store.delete_version(req.bucket, req.key, vid)
+        headers = {"x-amz-version-id": vid}
+        if gone is not None:
+            if getattr(gone, "delete_marker", False):
+                headers["x-amz-delete-marker"] = "true"
+            notify_sweeper(req)
+        return Response(status_code=204, headers=headers)
+    state = await bucket_state(req.gw.store, req.bucket)
+    res = await delete_current(req.gw, req.bucket, req.key, req.user, state)
+    if state == "off":
+        return Response(status_code=204)
     return Response(status_code=204, headers={"x-amz-delete-marker": "true",
-                                              "x-amz-version-id": stored.version_id})
+                                              "x-amz-version-id": res.version_id})
 
 
 def _deleted_xml(key: str, vid: str | None, res: Any, marker_made: bool) -> str:
@@ -265,8 +283,8 @@ async def delete_objects(req: S3Request) -> Response:
     markers_by_entry: dict[int, Any] = {}
     errors: list[S3Error | None] = [e for _, _, e in entries]
     if need_marker:
-        markers, marks, merrs = await _add_markers(req, [entries[i][0] for i in need_marker],
-                                                   state)
+        markers, marks, merrs = await add_markers(req.gw, req.bucket, req.user,
+                                                  [entries[i][0] for i in need_marker], state)
         for i, m, me in zip(need_marker, markers, merrs, strict=True):
             if me is not None:
                 errors[i] = me
@@ -283,10 +301,10 @@ async def delete_objects(req: S3Request) -> Response:
                 results[i] = r
     except NoSuchBucketError:
         await store.queue_orphans([m.manifest for m in markers_by_entry.values()])
-        await _release(req, marks)
+        await release(req.gw, marks)
         notify_sweeper(req)
         raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket) from None
-    await _release(req, marks)
+    await release(req.gw, marks)
     notify_sweeper(req)
     out: list[str] = []
     for i, (key, vid, _) in enumerate(entries):

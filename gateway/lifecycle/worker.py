@@ -26,10 +26,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.errors import S3Error
 from gateway.lifecycle import config as lcconfig
 from gateway.lifecycle import rules
-from gateway.metadata.store import NoSuchBucketError, StoreUnavailableError
-from gateway.ops.versioning import state_of
+from gateway.metadata.store import StoreUnavailableError
+from gateway.ops.versioning import delete_current, state_of
 
 log = logging.getLogger("zonegate.lifecycle")
 
@@ -110,17 +111,28 @@ class LifecycleWorker:
         Returns the number of buckets finished."""
         done = 0
         day = self.today()
+        tried: set[str] = set()
         while True:
-            claims = await self.gw.store.lifecycle_claim(self.id, day, self.lease)
+            claims = [c for c in await self.gw.store.lifecycle_claim(self.id, day, self.lease)
+                      if c.bucket not in tried]
             if not claims:
                 return done
             for claim in claims:
+                tried.add(claim.bucket)
                 try:
                     await self.work_bucket(claim.bucket, claim.day, claim.marker)
                     done += 1
                 except _Stop:
                     log.info("lifecycle: lost the lease on %s; another worker has it",
                              claim.bucket)
+                except (asyncio.CancelledError, StoreUnavailableError):
+                    raise
+                except Exception:
+                    # one bucket's failure must not hold up the others: its lease runs
+                    # out and the run resumes from its saved marker
+                    self.stats.errors += 1
+                    log.exception("lifecycle run of bucket %s failed; will retry",
+                                  claim.bucket)
 
     async def _pace(self) -> None:
         """At most `rate` actions per second."""
@@ -198,37 +210,15 @@ class LifecycleWorker:
         cur = await store.get_object(bucket, listed.key)
         if cur is None or cur.version != listed.version:
             return False  # overwritten or deleted meanwhile: judged again next day
-        if state == "off":
-            gone = await store.delete_object(bucket, listed.key)
-        else:
-            gone = await self._put_marker(bucket, listed.key, state)
-        self.gw.kick_sweeper()
-        return gone is not None
-
-    async def _put_marker(self, bucket: str, key: str, state: str) -> Any:
-        """A delete marker, written to the nodes first as DeleteObject writes it
-        (gateway/deletemarkers.py), so recovery sees the expiration too."""
-        from gateway.deletemarkers import new_marker, write_markers
-        from gateway.metadata.versionids import new_version_id
-        store = self.gw.store
         b = await store.get_bucket(bucket)
-        marker = new_marker(bucket, key, b.owner if b else "",
-                            new_version_id() if state == "enabled" else "null", time.time())
-        marks, errors = await write_markers(self.gw.storage, store, [marker],
-                                            self.gw.storage.pending_grace)
-        if errors[0] is not None:
-            raise errors[0]
-        done = [m for m in marks if m is not None]
-        # The pending mark goes once the commit is known to have happened or not; after any
-        # other failure it stays, and the sweeper deletes the marker's archives.
         try:
-            stored = await store.put_delete_marker(marker, state)
-        except NoSuchBucketError:
-            await store.queue_orphans([marker.manifest])
-            await store.done_orphans(done)
-            return None
-        await store.done_orphans(done)
-        return stored
+            gone = await delete_current(self.gw, bucket, listed.key, b.owner if b else "",
+                                        state)
+        except S3Error as e:
+            if e.code == "NoSuchBucket":
+                return False
+            raise
+        return gone is not None
 
     async def _versions(self, bucket: str, day: int, doc: dict[str, Any], now: float,
                         after: str) -> None:

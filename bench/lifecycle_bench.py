@@ -98,7 +98,7 @@ def run(root: Path, *, checkpoints: int, files: int, file_mib: int, zones: int,
             {"ID": "old-checkpoints", "Filter": {"Prefix": "run1/"}, "Status": "Enabled",
              "Expiration": {"Days": keep_days}},
             {"ID": "crashed-uploads", "Filter": {}, "Status": "Enabled",
-             "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}]})
+             "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 10}}]})
         raw = raw_capacity(cl, zones, zone_mib * MiB)
         before, zones_before = drive_totals(cl), reclaimed_zones(cl)
         failures: list[str] = []

@@ -27,8 +27,19 @@ from starlette.routing import Route
 from gateway import auth
 from gateway.auth import StaticCredentials
 from gateway.errors import S3Error, error_xml
+from gateway.lifecycle.worker import LifecycleWorker
 from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
-from gateway.ops import buckets, copy, listing, multipart, objects, service, versioning
+from gateway.ops import (
+    buckets,
+    copy,
+    lifecycle,
+    listing,
+    multipart,
+    objects,
+    service,
+    tags,
+    versioning,
+)
 from gateway.ops.common import S3Request, new_request_id
 from gateway.storage import Storage
 from zonestore.logsetup import REQUEST_ID
@@ -83,6 +94,9 @@ class Gateway:
         self.storage = storage or Storage.from_config(config, self.store)
         self._sweeper: asyncio.Task | None = None
         self._kick = asyncio.Event()
+        # lifecycle_day_seconds shortens the lifecycle day for tests (rgw_lc_debug_interval)
+        self.lifecycle = LifecycleWorker.from_gateway(self, gw)
+        self.lifecycle_day = self.lifecycle.day
 
     def kick_sweeper(self) -> None:
         """Wake the sweeper: a commit just queued fragments to delete."""
@@ -93,8 +107,10 @@ class Gateway:
         await self._import_state_dir()
         await self.storage.start()
         self._sweeper = asyncio.create_task(self._sweep_loop())
+        self.lifecycle.start()
 
     async def close(self) -> None:
+        await self.lifecycle.stop()
         if self._sweeper:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -211,6 +227,22 @@ def parse_query(request: Request) -> dict[str, str]:
     return out
 
 
+# Tagging and lifecycle (gateway/ops/tags.py, gateway/ops/lifecycle.py).
+BUCKET_CONFIG_ROUTES: dict[tuple[str, frozenset], Handler] = {
+    ("PUT", frozenset({"tagging"})): tags.put_bucket_tagging,
+    ("GET", frozenset({"tagging"})): tags.get_bucket_tagging,
+    ("DELETE", frozenset({"tagging"})): tags.delete_bucket_tagging,
+    ("PUT", frozenset({"lifecycle"})): lifecycle.put_bucket_lifecycle,
+    ("GET", frozenset({"lifecycle"})): lifecycle.get_bucket_lifecycle,
+    ("DELETE", frozenset({"lifecycle"})): lifecycle.delete_bucket_lifecycle,
+}
+OBJECT_CONFIG_ROUTES: dict[tuple[str, frozenset], Handler] = {
+    ("PUT", frozenset({"tagging"})): tags.put_object_tagging,
+    ("GET", frozenset({"tagging"})): tags.get_object_tagging,
+    ("DELETE", frozenset({"tagging"})): tags.delete_object_tagging,
+}
+
+
 def route(req: S3Request) -> Handler:
     """Pick the operation for method + subresources."""
     m, q = req.method, req.query
@@ -230,6 +262,7 @@ def route(req: S3Request) -> Handler:
             ("GET", frozenset({"uploads"})): multipart.list_uploads,
             ("GET", frozenset({"versions"})): listing.list_versions,
             ("POST", frozenset({"delete"})): versioning.delete_objects,
+            **BUCKET_CONFIG_ROUTES,
         }
         if m == "GET" and not subs:
             return listing.list_objects_v2 if q.get("list-type") == "2" else listing.list_objects
@@ -250,6 +283,7 @@ def route(req: S3Request) -> Handler:
         ("POST", frozenset({"uploadId"})): multipart.complete_upload,
         ("GET", frozenset({"uploadId"})): multipart.list_parts,
         ("DELETE", frozenset({"uploadId"})): multipart.abort_upload,
+        **OBJECT_CONFIG_ROUTES,
     }
     if m == "PUT" and not subs:
         return copy.copy_object if copying else objects.put_object

@@ -37,6 +37,7 @@ from gateway.ops.objects import (
     store_object,
     write_single,
 )
+from gateway.ops.tags import copy_tags
 from gateway.storage import CopyBody, new_version
 
 _COPY_RANGE = re.compile(r"^bytes=([0-9]+)-([0-9]+)$")  # [0-9]: \d takes other digits
@@ -124,7 +125,8 @@ async def copy_object(req: S3Request) -> Response:
         algo = src.checksum.get("algorithm", "") if src.checksum.get("type") != "COMPOSITE" else ""
     if_absent, if_version = await put_conditions(req)
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
-                       owner=req.user, version=new_version(), headers=headers, user_meta=meta)
+                       owner=req.user, version=new_version(), headers=headers, user_meta=meta,
+                       tags=copy_tags(req, src))
     await versioning.prepare_write(req, rec)
     body = CopyBody(req.gw.storage.read(src.parts, 0, src.size), src.size, algo)
     mark = await write_single(req, rec, body)

@@ -56,6 +56,7 @@ from gateway.ops.objects import (
     put_conditions,
     store_object,
 )
+from gateway.ops.tags import split_upload_tags, upload_headers_with_tags
 from gateway.storage import MANIFEST_PART, CopyBody, new_version, part_uid
 from gateway.streams import stream_hint
 
@@ -102,7 +103,8 @@ async def create_upload(req: S3Request) -> Response:
         raise S3Error("InvalidRequest", "The x-amz-checksum-type header can only be used with "
                       "the x-amz-checksum-algorithm header.")
     up = UploadRecord(upload_id=new_version(), bucket=req.bucket, key=req.key, owner=req.user,
-                      initiated=now(), headers=stored_headers(req), user_meta=user_metadata(req),
+                      initiated=now(), headers=upload_headers_with_tags(req, stored_headers(req)),
+                      user_meta=user_metadata(req),
                       checksum_algorithm=algo, checksum_type=ctype)
     try:
         await req.gw.store.create_upload(up)
@@ -289,9 +291,10 @@ async def complete_upload(req: S3Request) -> Response:
         raise S3Error("InvalidRequest", f"The upload was created using a {algo} checksum. The "
                       f"complete request must include the checksum for each part.")
     _check_object_checksum(req, up, checksum)
+    headers, tags = split_upload_tags(up.headers)  # CreateMultipartUpload's x-amz-tagging
     rec = ObjectRecord(bucket=up.bucket, key=up.key, size=sum(p.size for p in parts), etag=etag,
                        last_modified=now(), owner=up.owner, version=up.upload_id,
-                       headers=up.headers, user_meta=up.user_meta, checksum=checksum,
+                       headers=headers, user_meta=up.user_meta, checksum=checksum, tags=tags,
                        parts=[{"number": p.number, "size": p.size, "etag": p.etag,
                                "layout": p.layout, "checksum": p.checksum} for p in parts])
     await versioning.prepare_write(req, rec)

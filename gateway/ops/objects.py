@@ -35,6 +35,8 @@ from gateway.ops.common import (
     strip_etag,
     user_metadata,
 )
+from gateway.ops.lifecycle import expiration_headers, tag_and_expiry_headers
+from gateway.ops.tags import request_tags
 from gateway.storage import COALESCE, MANIFEST_PART, new_version, part_uid
 from gateway.streams import stream_hint
 
@@ -239,13 +241,15 @@ async def put_object(req: S3Request) -> Response:
     check_key(req.key)
     headers = stored_headers(req)
     meta = user_metadata(req)
+    tags = request_tags(req)
     if_absent, if_version = await put_conditions(req)
     body = request_body(req, max_size=MAX_PART_SIZE)
     if body.expected_size is None and "chunked" not in \
             req.headers.get("transfer-encoding", "").lower():
         raise S3Error("MissingContentLength")
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
-                       owner=req.user, version=new_version(), headers=headers, user_meta=meta)
+                       owner=req.user, version=new_version(), headers=headers, user_meta=meta,
+                       tags=tags)
     await versioning.prepare_write(req, rec)
     if body.expected_size is None:
         marks = await write_streamed(req, rec, body)
@@ -254,7 +258,8 @@ async def put_object(req: S3Request) -> Response:
     await store_object(req, rec, marks, if_absent=if_absent, if_version=if_version)
     return Response(b"", headers={"ETag": quote_etag(rec.etag),
                                   **checksum_headers(rec.checksum),
-                                  **versioning.written_headers(req, rec)})
+                                  **versioning.written_headers(req, rec),
+                                  **await expiration_headers(req, rec)})
 
 
 # ---- GET / HEAD -------------------------------------------------------------------------
@@ -354,6 +359,7 @@ def override_value(param: str, value: str) -> str:
 async def _get_or_head(req: S3Request, head: bool) -> Response:
     obj = await get_existing(req)
     headers = response_headers(req, obj)
+    headers.update(await tag_and_expiry_headers(req, obj))  # x-amz-tagging-count, -expiration
     try:
         check_conditions(obj, req.headers)
     except S3Error as e:

@@ -28,7 +28,7 @@ from gateway import auth
 from gateway.auth import StaticCredentials
 from gateway.errors import S3Error, error_xml
 from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
-from gateway.ops import buckets, copy, listing, multipart, objects, service
+from gateway.ops import buckets, copy, cors, listing, multipart, objects, service
 from gateway.ops.common import S3Request, new_request_id
 from gateway.storage import Storage
 from zonestore.logsetup import REQUEST_ID
@@ -200,6 +200,8 @@ def route(req: S3Request) -> Handler:
     """Pick the operation for method + subresources."""
     m, q = req.method, req.query
     subs = {k for k in q if k in SUBRESOURCES}
+    if m == "OPTIONS":
+        return cors.preflight  # a CORS preflight, whatever the subresources
     if not req.bucket:
         if m in ("GET", "HEAD"):
             return service.list_buckets
@@ -214,6 +216,10 @@ def route(req: S3Request) -> Handler:
             ("GET", frozenset({"uploads"})): multipart.list_uploads,
             ("GET", frozenset({"versions"})): listing.list_versions,
             ("POST", frozenset({"delete"})): objects.delete_objects,
+            # CORS (gateway/ops/cors.py)
+            ("PUT", frozenset({"cors"})): cors.put_bucket_cors,
+            ("GET", frozenset({"cors"})): cors.get_bucket_cors,
+            ("DELETE", frozenset({"cors"})): cors.delete_bucket_cors,
         }
         if m == "GET" and not subs:
             return listing.list_objects_v2 if q.get("list-type") == "2" else listing.list_objects
@@ -320,13 +326,22 @@ def create_app(config_path_or_config: Any) -> Starlette:
     async def endpoint(request: Request) -> Response:
         rid = new_request_id()
         REQUEST_ID.set(rid)  # every log line while serving this request names it
+        resp = await serve(request, rid)
+        if "origin" in request.headers:  # CORS headers, on errors too (as S3)
+            await cors.add_response_headers(gw, request, request.state.bucket, resp)
+        return resp
+
+    async def serve(request: Request, rid: str) -> Response:
         resource = "/"
+        request.state.bucket = ""
         try:
             target = request_target(gw, request)
             bucket, key = target.bucket, target.key
+            request.state.bucket = bucket
             resource = "/" + bucket + ("/" + key if key else "") if bucket else "/"
             req = S3Request(request, gw, rid, bucket, key, parse_query(request))
-            await authenticate(req, target)
+            if request.method != "OPTIONS":  # a CORS preflight is never signed
+                await authenticate(req, target)
             handler = route(req)
             resp = await handler(req)
         except S3Error as e:

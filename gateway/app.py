@@ -28,7 +28,7 @@ from gateway import auth
 from gateway.auth import StaticCredentials
 from gateway.errors import S3Error, error_xml
 from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
-from gateway.ops import buckets, copy, cors, listing, multipart, objects, service
+from gateway.ops import buckets, copy, cors, listing, multipart, objects, service, versioning
 from gateway.ops.common import S3Request, new_request_id
 from gateway.storage import Storage
 from zonestore.logsetup import REQUEST_ID
@@ -212,10 +212,11 @@ def route(req: S3Request) -> Handler:
             ("HEAD", frozenset()): buckets.head_bucket,
             ("DELETE", frozenset()): buckets.delete_bucket,
             ("GET", frozenset({"location"})): buckets.get_location,
-            ("GET", frozenset({"versioning"})): buckets.get_versioning,
+            ("GET", frozenset({"versioning"})): versioning.get_versioning,
+            ("PUT", frozenset({"versioning"})): versioning.put_versioning,
             ("GET", frozenset({"uploads"})): multipart.list_uploads,
             ("GET", frozenset({"versions"})): listing.list_versions,
-            ("POST", frozenset({"delete"})): objects.delete_objects,
+            ("POST", frozenset({"delete"})): versioning.delete_objects,
             # CORS (gateway/ops/cors.py)
             ("PUT", frozenset({"cors"})): cors.put_bucket_cors,
             ("GET", frozenset({"cors"})): cors.get_bucket_cors,
@@ -235,7 +236,7 @@ def route(req: S3Request) -> Handler:
     table = {
         ("GET", frozenset()): objects.get_object,
         ("HEAD", frozenset()): objects.head_object,
-        ("DELETE", frozenset()): objects.delete_object,
+        ("DELETE", frozenset()): versioning.delete_object,
         ("POST", frozenset({"uploads"})): multipart.create_upload,
         ("POST", frozenset({"uploadId"})): multipart.complete_upload,
         ("GET", frozenset({"uploadId"})): multipart.list_parts,
@@ -280,7 +281,7 @@ def _base_headers(request_id: str) -> dict[str, str]:
 
 
 def error_response(err: S3Error, request_id: str, method: str, resource: str) -> Response:
-    headers = _base_headers(request_id)
+    headers = {**err.headers, **_base_headers(request_id)}
     if method == "HEAD" or err.status == 304:
         # HEAD errors and 304 carry no body.
         return Response(b"", status_code=err.status, headers=headers)

@@ -61,10 +61,23 @@ def marker_uid(name: str, created: float) -> str:
     return f"{PREFIX}{name}:{round(created * 1_000_000):x}"
 
 
-def marker_meta(rec: BucketRecord) -> dict[str, Any]:
-    """The meta dict every archive of the marker carries."""
-    return {"kind": KIND, "bucket": {"name": rec.name, "owner": rec.owner,
-                                     "created": rec.created, "region": rec.region}}
+def marker_meta(rec: BucketRecord, configs: dict[str, str] | None = None) -> dict[str, Any]:
+    """The meta dict every archive of the marker carries: the bucket record, and its
+    configuration documents (versioning, lifecycle, ...; `MetadataStore.bucket_configs`)."""
+    meta: dict[str, Any] = {"kind": KIND, "bucket": {"name": rec.name, "owner": rec.owner,
+                                                     "created": rec.created,
+                                                     "region": rec.region}}
+    meta["configs"] = dict(configs or {})
+    return meta
+
+
+def configs_from_meta(meta: dict[str, Any]) -> dict[str, str] | None:
+    """The configuration documents a marker carries; None for a marker written before markers
+    carried them (then nothing is known of them)."""
+    c = meta.get("configs")
+    if not isinstance(c, dict):
+        return None
+    return {str(k): v for k, v in c.items() if isinstance(v, str)}
 
 
 def record_from_meta(meta: dict[str, Any]) -> BucketRecord:
@@ -85,6 +98,7 @@ class FoundMarkers:
     """The markers a scan found: the newest whole one per bucket, and the rest."""
 
     buckets: dict[str, BucketRecord] = field(default_factory=dict)
+    configs: dict[str, dict[str, str] | None] = field(default_factory=dict)  # of the newest
     whole: set[str] = field(default_factory=set)   # part uids with at least k archives
     leftovers: list[Any] = field(default_factory=list)  # ScannedParts with fewer than k
     malformed: list[str] = field(default_factory=list)
@@ -109,6 +123,7 @@ def find_markers(scanned: Iterable[Any]) -> FoundMarkers:
         cur = out.buckets.get(rec.name)
         if cur is None or rec.created > cur.created:
             out.buckets[rec.name] = rec
+            out.configs[rec.name] = configs_from_meta(p.meta)
     return out
 
 
@@ -117,11 +132,32 @@ async def _no_bytes() -> AsyncIterator[bytes]:
     yield  # an async generator that yields nothing
 
 
-async def write_marker(cluster: Any, rec: BucketRecord) -> None:
+async def write_marker(cluster: Any, rec: BucketRecord,
+                       configs: dict[str, str] | None = None) -> None:
     """Write the bucket's marker; returns once it is durable on the write quorum. Raises
-    erasure.errors.QuorumError (nothing left behind) when too few nodes are up."""
+    erasure.errors.QuorumError (nothing left behind) when too few nodes are up. A rewrite
+    (new configs) replaces the archives in place: the uid is the same."""
     await cluster.write_part(marker_uid(rec.name, rec.created), _no_bytes(), length=0,
-                             stream=STREAM, meta=lambda _result: marker_meta(rec))
+                             stream=STREAM, meta=lambda _result: marker_meta(rec, configs))
+
+
+async def rewrite_marker(cluster: Any, store: Any, rec: BucketRecord) -> None:
+    """Rewrite the marker after a configuration change, with the documents as stored. Two
+    changes racing could each write what it read; so the documents are read again after the
+    write, and written again until the marker holds what the store holds."""
+    configs = await store.bucket_configs(rec.name)
+    for _ in range(5):
+        await write_marker(cluster, rec, configs)
+        cur = await store.get_bucket(rec.name)
+        if cur is None or cur.created != rec.created:
+            # Deleted meanwhile: its DeleteBucket may have removed the marker before this
+            # write put it back.
+            await delete_marker(cluster, store, rec)
+            return
+        again = await store.bucket_configs(rec.name)
+        if again == configs:
+            return
+        configs = again
 
 
 async def delete_marker(cluster: Any, store: Any, rec: BucketRecord) -> bool:
@@ -173,7 +209,7 @@ async def ensure_markers(store: Any, cluster: Any, found: FoundMarkers | None = 
             report.present += 1
             continue
         try:
-            await write_marker(cluster, rec)
+            await write_marker(cluster, rec, await store.bucket_configs(rec.name))
             report.written.append(rec.name)
         except ErasureError as e:
             report.failed.append(f"{rec.name}: {e}")

@@ -30,6 +30,8 @@ ERRORS: dict[str, tuple[int, str]] = {
     "BucketNotEmpty": (409, "The bucket you tried to delete is not empty"),
     "EntityTooLarge": (400, "Your proposed upload exceeds the maximum allowed object size."),
     "EntityTooSmall": (400, "Your proposed upload is smaller than the minimum allowed object size."),
+    "IllegalVersioningConfigurationException": (
+        400, "Indicates that the versioning configuration specified in the request is invalid."),
     "IllegalLocationConstraintException": (
         400, "The unspecified location constraint is incompatible for the region specific "
              "endpoint this request was sent to."),
@@ -130,6 +132,8 @@ class S3Error(Exception):
         self.status = status if status is not None else default_status
         self.resource = resource
         self.extra: dict[str, str] = {k: str(v) for k, v in extra.items() if v is not None}
+        # Response headers the error carries (x-amz-delete-marker on a deleted key, ...).
+        self.headers: dict[str, str] = {}
         super().__init__(f"{code}: {self.message}")
 
     def __repr__(self) -> str:

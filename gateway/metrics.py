@@ -67,6 +67,7 @@ OPERATION_NAMES = {
     "delete_bucket": "DeleteBucket",
     "get_location": "GetBucketLocation",
     "get_versioning": "GetBucketVersioning",
+    "put_versioning": "PutBucketVersioning",
     "list_uploads": "ListMultipartUploads",
     "list_versions": "ListObjectVersions",
     "list_objects": "ListObjects",

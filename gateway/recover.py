@@ -7,9 +7,12 @@ Every fragment archive carries the caller's meta dict (gateway/storage.py):
 - kind "part": a multipart part; used through its manifest, otherwise it belongs to an upload
   that never completed and is skipped (queued for deletion after a grace period).
 - kind "bucket": a bucket marker (gateway/bucketmarkers.py), written at CreateBucket and
-  removed at DeleteBucket.
-For each (bucket, key) the newest version wins (last-modified, then version id); older ones are
-queued for deletion after a grace period. A bucket comes back from its marker (owner, creation
+  removed at DeleteBucket; it carries the bucket's configuration documents (versioning, ...).
+- kind "delete-marker": a delete marker of a versioned bucket (gateway/deletemarkers.py).
+Every version of a key comes back, delete markers included, in their order, with tags
+(gateway/recoverversions.py); of several copies of one version id (a "null" version replaced
+before the sweeper freed it) the newest wins, and the others are queued for deletion after a
+grace period. A bucket comes back from its marker (owner, creation
 time, region; the newest marker of a name wins), so empty buckets come back too; a bucket with
 objects but no marker (created before markers existed) is recreated from its objects as before:
 owned by the owner of its oldest object, created then, in the gateway's region. A marker with
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway import bucketmarkers
+from gateway import bucketmarkers, deletemarkers
 from gateway.metadata import (
     BucketRecord,
     ObjectRecord,
@@ -36,6 +39,7 @@ from gateway.metadata import (
     store_from_config,
     store_path,
 )
+from gateway.recoverversions import build_chains, is_marker, restore_configs, write_chain
 
 GRACE = 24 * 3600.0  # seconds before leftovers found by recovery are deleted
 
@@ -46,6 +50,9 @@ class RecoveryReport:
     multipart: int = 0
     buckets: int = 0
     empty_buckets: int = 0      # recreated from their marker alone
+    versions: int = 0           # every version written, current or not, markers included
+    delete_markers: int = 0
+    configs: int = 0            # bucket configuration documents put back
     markers_written: int = 0    # for buckets that had none (made before markers existed)
     superseded: int = 0
     skipped_parts: int = 0
@@ -55,12 +62,15 @@ class RecoveryReport:
 
 def _record(obj: dict[str, Any], parts: list[dict[str, Any]],
             manifest: dict[str, Any] | None) -> ObjectRecord:
+    # Archives written before versions existed carry no version_id: they are "null" versions.
     return ObjectRecord(bucket=obj["bucket"], key=obj["key"], size=int(obj["size"]),
                         etag=obj["etag"], last_modified=float(obj["last_modified"]),
                         owner=obj["owner"], version=obj["version"],
                         headers=dict(obj.get("headers") or {}),
                         user_meta=dict(obj.get("user_meta") or {}),
-                        checksum=dict(obj.get("checksum") or {}), parts=parts, manifest=manifest)
+                        checksum=dict(obj.get("checksum") or {}), parts=parts, manifest=manifest,
+                        tags=dict(obj.get("tags") or {}),
+                        version_id=str(obj.get("version_id") or "null"))
 
 
 async def _read_all(cluster: Any, layout: Any) -> bytes:
@@ -91,7 +101,22 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
         used: set[str] = set()
         manifests = [p for p in scanned if p.meta.get("kind") == "manifest"]
         task = progress.add_task("reading manifests", total=len(manifests)) if progress else None
+        marker_leftovers: list[dict[str, Any]] = []
         for p in scanned:
+            if p.meta.get("kind") == deletemarkers.KIND:
+                if len(p.fragments) < p.scheme.k:
+                    # What a deletion left on a node that was down: not a marker any more.
+                    marker_leftovers.append(p.layout().to_dict())
+                    continue
+                try:
+                    m = deletemarkers.record_from_meta(p.meta)
+                except ValueError as e:
+                    report.unreadable.append(f"{p.part_uid}: {e}")
+                    continue
+                m.manifest = p.layout().to_dict()
+                candidates.append(m)
+                used.add(p.part_uid)
+                continue
             if p.meta.get("kind") == "object" and "object" in p.meta:
                 if len(p.fragments) < p.scheme.k:
                     report.unreadable.append(p.part_uid)
@@ -119,26 +144,19 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
                 report.unreadable.append(f"{p.part_uid}: {e}")
             if progress:
                 progress.advance(task)
-        newest: dict[tuple[str, str], ObjectRecord] = {}
-        older: list[ObjectRecord] = []
-        for rec in candidates:
-            k = (rec.bucket, rec.key)
-            cur = newest.get(k)
-            if cur is None or (rec.last_modified, rec.version) > (cur.last_modified, cur.version):
-                if cur is not None:
-                    older.append(cur)
-                newest[k] = rec
-            else:
-                older.append(rec)
-        task = progress.add_task("writing metadata", total=len(newest)) if progress else None
+        chains = build_chains(candidates)
+        older = chains.superseded
+        task = progress.add_task("writing metadata", total=len(chains.keys)) if progress else None
         owners: dict[str, tuple[str, float]] = {}
-        for rec in newest.values():
-            first = owners.get(rec.bucket)
-            if first is None or rec.last_modified < first[1]:
-                owners[rec.bucket] = (rec.owner, rec.last_modified)
+        for chain in chains.keys.values():
+            for rec in chain:
+                first = owners.get(rec.bucket)
+                if first is None or rec.last_modified < first[1]:
+                    owners[rec.bucket] = (rec.owner, rec.last_modified)
         region = str(gw.get("region") or "us-east-1")
         found = bucketmarkers.find_markers(scanned)
         report.unreadable.extend(found.malformed)
+        versioned = chains.versioned_buckets()
         for name in sorted(set(owners) | set(found.buckets)):
             rec = found.buckets.get(name)
             if rec is None:
@@ -148,13 +166,15 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
                 await store.create_bucket(rec)
                 report.buckets += 1
                 report.empty_buckets += name not in owners
-        for rec in newest.values():
-            existing = await store.get_object(rec.bucket, rec.key)
-            if existing is None or (existing.last_modified, existing.version) < \
-                    (rec.last_modified, rec.version):
-                await store.put_object(rec)
-            report.objects += 1
-            report.multipart += rec.manifest is not None
+            report.configs += await restore_configs(store, name, found.configs.get(name),
+                                                    name in versioned)
+        for chain in chains.keys.values():
+            report.versions += await write_chain(store, chain)
+            current = [v for v in chain if not is_marker(v)]
+            report.delete_markers += len(chain) - len(current)
+            if chain and not is_marker(chain[-1]):
+                report.objects += 1
+                report.multipart += chain[-1].manifest is not None
             if progress:
                 progress.advance(task)
         leftovers = [lay for rec in older for lay in rec.layouts()]
@@ -166,6 +186,7 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
             # Nor a live bucket's: ensure_markers below rewrites that one under the same uid.
             live = {bucketmarkers.marker_uid(b.name, b.created) for b in await store.list_buckets()}
             stray += [p.layout().to_dict() for p in found.leftovers if p.part_uid not in live]
+            stray += marker_leftovers
         report.skipped_parts = len(stray)
         await store.queue_orphans(leftovers + stray, delay=GRACE)
         ensured = await bucketmarkers.ensure_markers(store, cluster, found)
@@ -210,7 +231,8 @@ def cmd_recover(args: argparse.Namespace) -> int:
     with progress() as prog:
         report = asyncio.run(recover(config, progress=prog))
     print(f"recovered {report.objects} objects ({report.multipart} multipart) in "
-          f"{report.buckets} new buckets ({report.empty_buckets} empty) into {meta_path}; "
+          f"{report.buckets} new buckets ({report.empty_buckets} empty) into {meta_path}, "
+          f"{report.versions} versions in all ({report.delete_markers} delete markers); "
           f"{report.superseded} older versions and {report.skipped_parts} unreferenced parts "
           f"queued for deletion in {GRACE / 3600:.0f} h")
     if report.markers_written:

@@ -162,6 +162,26 @@ def parse_create_bucket_configuration(body: bytes) -> str | None:
     return loc.strip() or None if loc is not None else None
 
 
+def parse_versioning_configuration(body: bytes) -> str:
+    """The Status of a PutBucketVersioning body: "Enabled" or "Suspended". A Status or
+    MfaDelete outside S3's values is MalformedXML, as S3 answers; a document without a Status
+    is IllegalVersioningConfigurationException; MfaDelete Enabled (it needs MFA devices, which
+    ZoneGate has not) is NotImplemented."""
+    root = _parse(body, "VersioningConfiguration")
+    status = _text(root, "Status")
+    mfa = _text(root, "MfaDelete")
+    if mfa is not None and mfa.strip() not in ("Enabled", "Disabled"):
+        raise S3Error("MalformedXML")
+    if status is None:
+        raise S3Error("IllegalVersioningConfigurationException",
+                      "The Versioning element must be specified")
+    if status.strip() not in ("Enabled", "Suspended"):
+        raise S3Error("MalformedXML")
+    if mfa is not None and mfa.strip() == "Enabled":
+        raise S3Error("NotImplemented", "MFA delete is not supported.")
+    return status.strip()
+
+
 # ---- writing -----------------------------------------------------------------------------
 
 

@@ -421,6 +421,9 @@ def test_version_ids_of_an_unversioned_store(s3, bucket):
     assert s3.get_object(Bucket=bucket, Key="v", VersionId="null")["Body"].read() == b"x"
     with pytest.raises(ClientError) as e:
         s3.get_object(Bucket=bucket, Key="v", VersionId="3HL4kqtJlcpXroDTDmJ")
+    assert code(e) == "InvalidArgument"  # not a version id of ours, as S3 answers
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="v", VersionId="0123456789abcdef0123456789abcdef")
     assert code(e) == "NoSuchVersion"
     s3.delete_object(Bucket=bucket, Key="v", VersionId="null")
     with pytest.raises(ClientError) as e:

@@ -1,4 +1,5 @@
-"""Bucket operations: CreateBucket, HeadBucket, DeleteBucket, GetBucketLocation, versioning.
+"""Bucket operations: CreateBucket, HeadBucket, DeleteBucket, GetBucketLocation
+(versioning: gateway/ops/versioning.py).
 
 CreateBucket and DeleteBucket also write and remove the bucket's marker on the nodes
 (gateway/bucketmarkers.py says why, and in which order).
@@ -122,8 +123,3 @@ async def get_location(req: S3Request) -> Response:
     # us-east-1 is reported as an empty constraint, as S3 does.
     value = "" if b.region == "us-east-1" else b.region
     return xml_response(f'<LocationConstraint xmlns="{S3_NS}">{x(value)}</LocationConstraint>')
-
-
-async def get_versioning(req: S3Request) -> Response:
-    await require_bucket(req)
-    return xml_response(f'<VersioningConfiguration xmlns="{S3_NS}"/>')

@@ -15,6 +15,7 @@ from gateway import checksums
 from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
 from gateway.numbers import parse_uint, shown
+from gateway.ops import versioning
 from gateway.ops.common import (
     MAX_PART_SIZE,
     S3_NS,
@@ -41,32 +42,38 @@ from gateway.storage import CopyBody, new_version
 _COPY_RANGE = re.compile(r"^bytes=([0-9]+)-([0-9]+)$")  # [0-9]: \d takes other digits
 
 
-def parse_copy_source(value: str) -> tuple[str, str]:
+def parse_copy_source(value: str) -> tuple[str, str, str | None]:
+    """(bucket, key, version id or None) of x-amz-copy-source."""
     v = unquote(value.split("?", 1)[0]) if "?versionId=" in value else unquote(value)
+    vid = None
     if "?versionId=" in value:
-        vid = value.split("?versionId=", 1)[1]
-        if vid != "null":
-            raise S3Error("NoSuchVersion", VersionId=vid)
+        vid = versioning.checked_version_id(unquote(value.split("?versionId=", 1)[1]))
     v = v.lstrip("/")
     bucket, _, key = v.partition("/")
     if not bucket or not key:
         raise S3Error("InvalidArgument", "Copy Source must mention the source bucket and key: "
                       "sourcebucket/sourcekey", ArgumentName="x-amz-copy-source",
                       ArgumentValue=value)
-    return bucket, key
+    return bucket, key, vid
 
 
 async def resolve_copy_source(req: S3Request) -> ObjectRecord:
     """The source object of a copy, its bucket's owner checked and its conditions applied."""
-    bucket, key = parse_copy_source(req.headers["x-amz-copy-source"])
+    bucket, key, vid = parse_copy_source(req.headers["x-amz-copy-source"])
     b = await req.gw.store.get_bucket(bucket)
     if b is None:
         raise S3Error("NoSuchBucket", BucketName=bucket, resource="/" + bucket)
     if b.owner != req.user:
         raise S3Error("AccessDenied")
-    src = await req.gw.store.get_object(bucket, key)
-    if src is None:
-        raise S3Error("NoSuchKey", Key=key, resource=f"/{bucket}/{key}")
+    try:
+        src = await versioning.object_for_read(req, bucket, key, vid)
+    except S3Error as e:
+        e.headers = {}  # the delete marker headers describe the source, not this answer
+        if e.code == "MethodNotAllowed":
+            raise S3Error("InvalidRequest", "The source of a copy request may not "
+                          "specifically refer to a delete marker by version id.") from None
+        raise
+    req.extra["copy_source_version"] = (vid, src.version_id)
     check_conditions(src, req.headers, prefix="x-amz-copy-source-if-", copy_source=True)
     return src
 
@@ -99,7 +106,8 @@ async def copy_object(req: S3Request) -> Response:
         raise S3Error("InvalidArgument", "Unknown metadata directive.",
                       ArgumentName="x-amz-metadata-directive", ArgumentValue=directive)
     algo = req.headers.get("x-amz-checksum-algorithm", "").strip()
-    if src.bucket == req.bucket and src.key == req.key and directive != "REPLACE" and not algo:
+    if src.bucket == req.bucket and src.key == req.key and directive != "REPLACE" and not algo \
+            and req.extra["copy_source_version"][0] is None:
         raise S3Error("InvalidRequest", "This copy request is illegal because it is trying to "
                       "copy an object to itself without changing the object's metadata, "
                       "storage class, website redirect location or encryption attributes.")
@@ -117,6 +125,7 @@ async def copy_object(req: S3Request) -> Response:
     if_absent, if_version = await put_conditions(req)
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
                        owner=req.user, version=new_version(), headers=headers, user_meta=meta)
+    await versioning.prepare_write(req, rec)
     body = CopyBody(req.gw.storage.read(src.parts, 0, src.size), src.size, algo)
     mark = await write_single(req, rec, body)
     await store_object(req, rec, [mark], if_absent=if_absent, if_version=if_version)
@@ -124,4 +133,14 @@ async def copy_object(req: S3Request) -> Response:
     ck_xml = el(checksums.xml_name(ck["algorithm"]), ck["value"]) if ck else ""
     return xml_response(f'<CopyObjectResult xmlns="{S3_NS}">{el("ETag", quote_etag(rec.etag))}'
                         f'{el("LastModified", iso8601(rec.last_modified))}{ck_xml}'
-                        f'</CopyObjectResult>', headers=checksum_headers(ck))
+                        f'</CopyObjectResult>',
+                        headers={**checksum_headers(ck), **copy_source_headers(req),
+                                 **versioning.written_headers(req, rec)})
+
+
+def copy_source_headers(req: S3Request) -> dict[str, str]:
+    """x-amz-copy-source-version-id: the version copied, when it has an id or one was named."""
+    asked, vid = req.extra.get("copy_source_version", (None, "null"))
+    if asked is None and vid == "null":
+        return {}
+    return {"x-amz-copy-source-version-id": vid}

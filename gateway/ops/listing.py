@@ -1,10 +1,11 @@
-"""Listing: ListObjects (v1), ListObjectsV2, and ListObjectVersions as an unversioned store."""
+"""Listing: ListObjects (v1), ListObjectsV2 (current objects only) and ListObjectVersions."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote
 
 from starlette.responses import Response
@@ -46,15 +47,13 @@ async def _page(req: S3Request, after: str) -> tuple[ListPage, str, str, int]:
     return page, prefix, delimiter, max_keys
 
 
-def _contents(obj: ObjectRecord, enc: Encoder, owner: bool, tag: str = "Contents",
-              version: bool = False) -> str:
-    v = "<VersionId>null</VersionId><IsLatest>true</IsLatest>" if version else ""
+def _contents(obj: ObjectRecord, enc: Encoder, owner: bool, tag: str = "Contents") -> str:
     ck = ""
     if obj.checksum.get("algorithm"):
         ck = el("ChecksumAlgorithm", obj.checksum["algorithm"])
         if obj.checksum.get("type"):
             ck += el("ChecksumType", obj.checksum["type"])
-    return (f"<{tag}>{el('Key', enc(obj.key))}{v}"
+    return (f"<{tag}>{el('Key', enc(obj.key))}"
             f"{el('LastModified', iso8601(obj.last_modified))}"
             f"{el('ETag', quote_etag(obj.etag))}{ck}{el('Size', obj.size)}"
             f"{owner_xml(obj.owner) if owner else ''}<StorageClass>STANDARD</StorageClass>"
@@ -126,24 +125,50 @@ async def list_objects_v2(req: S3Request) -> Response:
     return xml_response("".join(parts))
 
 
+def _version_xml(v: Any, enc: Encoder) -> str:
+    """A Version or DeleteMarker element of ListVersionsResult."""
+    head = (f"{el('Key', enc(v.key))}{el('VersionId', v.version_id)}"
+            f"{el('IsLatest', 'true' if v.is_latest else 'false')}"
+            f"{el('LastModified', iso8601(v.last_modified))}")
+    if getattr(v, "delete_marker", False):
+        return f"<DeleteMarker>{head}{owner_xml(v.owner)}</DeleteMarker>"
+    ck = ""
+    if v.checksum.get("algorithm"):
+        ck = el("ChecksumAlgorithm", v.checksum["algorithm"])
+        if v.checksum.get("type"):
+            ck += el("ChecksumType", v.checksum["type"])
+    return (f"<Version>{head}{el('ETag', quote_etag(v.etag))}{ck}{el('Size', v.size)}"
+            f"<StorageClass>STANDARD</StorageClass>{owner_xml(v.owner)}</Version>")
+
+
 async def list_versions(req: S3Request) -> Response:
+    """ListObjectVersions: every version and delete marker, keys in binary order and each
+    key's versions newest first, resumable at (key-marker, version-id-marker)."""
+    from gateway.ops.versioning import checked_version_id
     enc, enc_xml = _encoder(req)
     key_marker = req.query.get("key-marker", "")
     vid_marker = req.query.get("version-id-marker", "")
     if vid_marker and not key_marker:
         raise S3Error("InvalidArgument", "A version-id marker cannot be specified without a "
                       "key marker.", ArgumentName="version-id-marker", ArgumentValue=vid_marker)
-    page, prefix, delimiter, max_keys = await _page(req, key_marker)
+    if vid_marker:
+        checked_version_id(vid_marker, "version-id-marker")
+    await require_bucket(req)
+    prefix = req.query.get("prefix", "")
+    delimiter = req.query.get("delimiter", "")
+    max_keys = int_arg(req, "max-keys", 1000, hi=1000)
+    page = await req.gw.store.list_versions(req.bucket, prefix, delimiter, key_marker,
+                                            vid_marker, max_keys)
     nxt = ""
     if page.truncated and page.next_marker is not None:
         nxt = el("NextKeyMarker", enc(page.next_marker))
-        if page.items and page.items[-1].key == page.next_marker:
-            nxt += el("NextVersionIdMarker", "null")
+        if page.next_version_marker is not None:
+            nxt += el("NextVersionIdMarker", page.next_version_marker)
     body = (f'<ListVersionsResult xmlns="{S3_NS}">{el("Name", req.bucket)}'
             f'{el("Prefix", enc(prefix))}{el("KeyMarker", enc(key_marker))}'
             f'{el("VersionIdMarker", vid_marker)}{el("MaxKeys", max_keys)}'
             f'{el("Delimiter", enc(delimiter)) if delimiter else ""}'
             f'{el("IsTruncated", "true" if page.truncated else "false")}{nxt}{enc_xml}'
-            + "".join(_contents(o, enc, True, "Version", True) for o in page.items)
+            + "".join(_version_xml(v, enc) for v in page.items)
             + _prefixes(page, enc) + "</ListVersionsResult>")
     return xml_response(body)

@@ -23,6 +23,7 @@ from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord, PartRecord, UploadRecord
 from gateway.metadata.store import NoSuchBucketError, UploadChangedError
 from gateway.numbers import INT32_MAX, parse_uint
+from gateway.ops import versioning
 from gateway.ops.common import (
     MAX_PART_SIZE,
     MAX_PARTS,
@@ -148,7 +149,7 @@ async def upload_part(req: S3Request) -> Response:
 
 
 async def upload_part_copy(req: S3Request) -> Response:
-    from gateway.ops.copy import copy_source_range, resolve_copy_source
+    from gateway.ops.copy import copy_source_headers, copy_source_range, resolve_copy_source
     number = _part_number(req)
     up = await _get_upload(req)
     src = await resolve_copy_source(req)
@@ -162,7 +163,7 @@ async def upload_part_copy(req: S3Request) -> Response:
     return xml_response(f'<CopyPartResult xmlns="{S3_NS}">{el("ETag", quote_etag(part.etag))}'
                         f'{el("LastModified", iso8601(part.last_modified))}'
                         f'{_checksum_xml(part.checksum)}</CopyPartResult>',
-                        headers=checksum_headers(part.checksum))
+                        headers={**checksum_headers(part.checksum), **copy_source_headers(req)})
 
 
 def _checksum_xml(ck: dict[str, str]) -> str:
@@ -171,14 +172,15 @@ def _checksum_xml(ck: dict[str, str]) -> str:
     return el(checksums.xml_name(ck["algorithm"]), ck["value"])
 
 
-def _complete_result(bucket: str, key: str, etag: str, checksum: dict[str, str]) -> Response:
+def _complete_result(bucket: str, key: str, etag: str, checksum: dict[str, str],
+                     headers: dict[str, str] | None = None) -> Response:
     loc = f"/{quote(bucket)}/{quote(key)}"
     return xml_response(
         f'<CompleteMultipartUploadResult xmlns="{S3_NS}">{el("Location", loc)}'
         f'{el("Bucket", bucket)}{el("Key", key)}{el("ETag", quote_etag(etag))}'
         f'{_checksum_xml(checksum)}'
         f'{el("ChecksumType", checksum["type"]) if checksum else ""}'
-        f'</CompleteMultipartUploadResult>')
+        f'</CompleteMultipartUploadResult>', headers=headers)
 
 
 async def _listed_parts(req: S3Request) -> list[tuple[int, str, dict[str, str]]]:
@@ -212,7 +214,8 @@ async def _complete_again(req: S3Request, unknown: S3Error) -> Response:
     listed = await _listed_parts(req)
     if [(n, etag) for n, etag, _ in listed] != [(p["number"], p["etag"]) for p in obj.parts]:
         raise unknown
-    return _complete_result(obj.bucket, obj.key, obj.etag, obj.checksum)
+    return _complete_result(obj.bucket, obj.key, obj.etag, obj.checksum,
+                            versioning.read_headers(req, obj))
 
 
 def _check_object_checksum(req: S3Request, up: UploadRecord, computed: dict[str, str]) -> None:
@@ -291,6 +294,7 @@ async def complete_upload(req: S3Request) -> Response:
                        headers=up.headers, user_meta=up.user_meta, checksum=checksum,
                        parts=[{"number": p.number, "size": p.size, "etag": p.etag,
                                "layout": p.layout, "checksum": p.checksum} for p in parts])
+    await versioning.prepare_write(req, rec)
     manifest = json.dumps({"object": object_meta(rec), "parts": rec.parts},
                           separators=(",", ":")).encode()
 
@@ -311,7 +315,8 @@ async def complete_upload(req: S3Request) -> Response:
         notify_sweeper(req)
         raise S3Error("NoSuchUpload", "The upload was aborted, or one of its parts replaced, "
                       "while it was being completed.", UploadId=up.upload_id) from None
-    return _complete_result(up.bucket, up.key, etag, checksum)
+    return _complete_result(up.bucket, up.key, etag, checksum,
+                            versioning.written_headers(req, rec))
 
 
 async def abort_upload(req: S3Request) -> Response:

@@ -1,5 +1,5 @@
 """Object operations: PutObject (conditional), GetObject (ranges, conditionals, overrides),
-HeadObject, DeleteObject, DeleteObjects."""
+HeadObject. DeleteObject and DeleteObjects are in gateway/ops/versioning.py."""
 
 from __future__ import annotations
 
@@ -17,29 +17,23 @@ from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
 from gateway.metadata.store import NoSuchBucketError
 from gateway.numbers import parse_uint, shown
+from gateway.ops import versioning
 from gateway.ops.common import (
-    MAX_DELETE_KEYS,
     MAX_PART_SIZE,
     MAX_PARTS,
-    S3_NS,
     S3Request,
     check_key,
-    el,
     http_date,
     notify_sweeper,
     now,
     object_headers,
     parse_http_date,
-    parse_xml,
     quote_etag,
-    read_small_body,
     request_body,
     require_bucket,
     stored_headers,
     strip_etag,
     user_metadata,
-    x,
-    xml_response,
 )
 from gateway.storage import COALESCE, MANIFEST_PART, new_version, part_uid
 from gateway.streams import stream_hint
@@ -114,7 +108,8 @@ async def store_object(req: S3Request, rec: ObjectRecord, marks: list[int], *,
     try:
         conflict = await req.gw.store.put_object(rec, if_absent=if_absent,
                                                  if_version=if_version,
-                                                 upload_id=upload_id, release=marks)
+                                                 upload_id=upload_id, release=marks,
+                                                 versioning=versioning.store_state(req))
     except NoSuchBucketError:
         await req.gw.store.queue_orphans(rec.layouts())
         notify_sweeper(req)
@@ -131,7 +126,8 @@ def object_meta(rec: ObjectRecord) -> dict[str, Any]:
     """The object description written into every archive (for recover-metadata)."""
     return {"bucket": rec.bucket, "key": rec.key, "version": rec.version, "size": rec.size,
             "etag": rec.etag, "last_modified": rec.last_modified, "owner": rec.owner,
-            "headers": rec.headers, "user_meta": rec.user_meta, "checksum": rec.checksum}
+            "headers": rec.headers, "user_meta": rec.user_meta, "checksum": rec.checksum,
+            "version_id": rec.version_id, "tags": rec.tags}
 
 
 async def write_single(req: S3Request, rec: ObjectRecord, body: Any,
@@ -250,13 +246,15 @@ async def put_object(req: S3Request) -> Response:
         raise S3Error("MissingContentLength")
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
                        owner=req.user, version=new_version(), headers=headers, user_meta=meta)
+    await versioning.prepare_write(req, rec)
     if body.expected_size is None:
         marks = await write_streamed(req, rec, body)
     else:
         marks = [await write_single(req, rec, body)]
     await store_object(req, rec, marks, if_absent=if_absent, if_version=if_version)
     return Response(b"", headers={"ETag": quote_etag(rec.etag),
-                                  **checksum_headers(rec.checksum)})
+                                  **checksum_headers(rec.checksum),
+                                  **versioning.written_headers(req, rec)})
 
 
 # ---- GET / HEAD -------------------------------------------------------------------------
@@ -316,20 +314,10 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, min(end, size - 1)
 
 
-def check_version_id(req: S3Request) -> None:
-    """An unversioned store has one version per key, whose id is "null"."""
-    vid = req.query.get("versionId")
-    if vid is not None and vid != "null":
-        raise S3Error("NoSuchVersion", Key=req.key, VersionId=vid)
-
-
 async def get_existing(req: S3Request) -> ObjectRecord:
     await require_bucket(req)
-    check_version_id(req)
-    obj = await req.gw.store.get_object(req.bucket, req.key)
-    if obj is None:
-        raise S3Error("NoSuchKey", resource=req.resource, Key=req.key)
-    return obj
+    vid = versioning.requested_version(req)
+    return await versioning.object_for_read(req, req.bucket, req.key, vid)
 
 
 def is_multipart(obj: ObjectRecord) -> bool:
@@ -343,6 +331,7 @@ def response_headers(req: S3Request, obj: ObjectRecord) -> dict[str, str]:
     h["ETag"] = quote_etag(obj.etag)
     h["Last-Modified"] = http_date(obj.last_modified)
     h["Accept-Ranges"] = "bytes"
+    h.update(versioning.read_headers(req, obj))
     if is_multipart(obj):
         h["x-amz-mp-parts-count"] = str(len(obj.parts))
     for q, name in RESPONSE_OVERRIDES.items():
@@ -426,55 +415,3 @@ async def get_object(req: S3Request) -> Response:
 
 async def head_object(req: S3Request) -> Response:
     return await _get_or_head(req, head=True)
-
-
-# ---- DELETE -----------------------------------------------------------------------------
-
-async def delete_object(req: S3Request) -> Response:
-    await require_bucket(req)
-    check_version_id(req)
-    if await req.gw.store.delete_object(req.bucket, req.key) is not None:
-        notify_sweeper(req)
-    return Response(status_code=204)
-
-
-async def delete_objects(req: S3Request) -> Response:
-    await require_bucket(req)
-    root = parse_xml(await read_small_body(req))
-    if root.tag != "Delete":
-        raise S3Error("MalformedXML")
-    quiet = (root.findtext("Quiet") or "").strip().lower() == "true"
-    objs = root.findall("Object")
-    if not objs or len(objs) > MAX_DELETE_KEYS:
-        raise S3Error("MalformedXML")
-    # Check every entry first, then delete the valid keys in one store transaction (one
-    # commit for 1000 keys; the fragments go later, through the orphan queue and sweeper).
-    results: list[tuple[str, str, S3Error | None]] = []
-    for o in objs:
-        key = o.findtext("Key")
-        vid = o.findtext("VersionId")
-        if key is None:
-            raise S3Error("MalformedXML")
-        vxml = el("VersionId", vid) if vid else ""
-        err: S3Error | None = None
-        if vid and vid != "null":
-            err = S3Error("NoSuchVersion")
-        else:
-            try:
-                check_key(key)
-            except S3Error as e:
-                err = e
-        results.append((key, vxml, err))
-    todo = [key for key, _, err in results if err is None]
-    freed = any(r is not None for r in await req.gw.store.delete_objects(req.bucket, todo)) \
-        if todo else False
-    out: list[str] = []
-    for key, vxml, err in results:
-        if err is not None:
-            out.append(f"<Error>{el('Key', key)}{vxml}{el('Code', err.code)}"
-                       f"{el('Message', err.message)}</Error>")
-        elif not quiet:
-            out.append(f"<Deleted>{el('Key', key)}{vxml}</Deleted>")
-    if freed:
-        notify_sweeper(req)
-    return xml_response(f'<DeleteResult xmlns="{x(S3_NS)}">{"".join(out)}</DeleteResult>')

@@ -264,8 +264,9 @@ def test_get_with_a_matching_origin_carries_the_rules_headers(c) -> None:
 
 
 def test_errors_carry_the_headers_of_a_matching_origin_as_s3(c) -> None:
-    status, h, _ = signed(c, "GET", "/web/missing", {"Origin": SITE})
-    assert status == 404 and h["access-control-allow-origin"] == SITE
+    status, h, body = signed(c, "GET", "/web/page.txt?uploadId=nosuch", {"Origin": SITE})
+    assert (status, error(body)["Code"]) == (404, "NoSuchUpload")
+    assert h["access-control-allow-origin"] == SITE
     # unsigned (anonymous) GET: refused, and the browser may still read why
     status, h, body = send(c, "GET", "/web/page.txt",
                            {"Host": f"127.0.0.1:{c.port}", "Origin": "http://elsewhere.test"})

@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from gateway import cors
 from gateway.errors import S3Error
+from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import S3Request, read_small_body, require_bucket
 
 log = logging.getLogger("zonegate.cors")
@@ -91,9 +92,13 @@ def cache_of(gw: Any) -> CorsCache:
 
 
 async def _save(req: S3Request, doc: str | None) -> None:
-    if not await req.gw.store.put_bucket_config(req.bucket, KIND, doc):
-        raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
-    cache_of(req.gw).forget(req.bucket)
+    """Store the document and rewrite the bucket marker with it (so recover-metadata brings
+    it back); this worker sees the change at once."""
+    try:
+        if not await save_bucket_config(req.gw, req.bucket, KIND, doc):
+            raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
+    finally:
+        cache_of(req.gw).forget(req.bucket)  # stored even when the marker rewrite failed
 
 
 async def put_bucket_cors(req: S3Request) -> Response:

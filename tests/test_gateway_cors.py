@@ -231,7 +231,7 @@ def test_preflight_refused_with_s3s_error(c, target, origin, method, req_headers
     assert "access-control-allow-origin" not in h
 
 
-def test_operator_endpoints_and_console_still_answer(gw, c) -> None:
+def test_operator_endpoints_and_console_still_answer(gw, s3, c) -> None:
     status, _, _ = send(c, "GET", "/health/live", {"Host": f"127.0.0.1:{c.port}"})
     assert status == 200
     status, _, body = send(c, "GET", "/console/", {"Host": f"127.0.0.1:{c.port}"})
@@ -239,6 +239,13 @@ def test_operator_endpoints_and_console_still_answer(gw, c) -> None:
     # an OPTIONS there is a preflight on a bucket of that name (none exists)
     status, _, body = options(c, "/metrics")
     assert (status, error(body)["Message"]) == (403, "CORSResponse: Bucket not found")
+    assert options(c, "/web/page.txt")[0] == 200
+    s3.get_bucket_cors(Bucket="web")  # PutBucketCors ran in the fixture
+    status, _, body = send(c, "GET", "/metrics", {"Host": f"127.0.0.1:{c.port}"})
+    text = body.decode()
+    for op, code in (("PreflightRequest", "200"), ("PreflightRequest", "403"),
+                     ("PutBucketCors", "200"), ("GetBucketCors", "200")):
+        assert f'operation="{op}",status="{code}"' in text, op
 
 
 # ---- headers on actual requests --------------------------------------------------------------

@@ -327,18 +327,10 @@ def create_app(config_path_or_config: Any) -> Starlette:
     async def endpoint(request: Request) -> Response:
         rid = new_request_id()
         REQUEST_ID.set(rid)  # every log line while serving this request names it
-        resp = await serve(request, rid)
-        if "origin" in request.headers:  # CORS headers, on errors too (as S3)
-            await cors.add_response_headers(gw, request, request.state.bucket, resp)
-        return resp
-
-    async def serve(request: Request, rid: str) -> Response:
         resource = "/"
-        request.state.bucket = ""
         try:
             target = request_target(gw, request)
             bucket, key = target.bucket, target.key
-            request.state.bucket = bucket
             resource = "/" + bucket + ("/" + key if key else "") if bucket else "/"
             req = S3Request(request, gw, rid, bucket, key, parse_query(request))
             if request.method != "OPTIONS":  # a CORS preflight is never signed
@@ -374,6 +366,7 @@ def create_app(config_path_or_config: Any) -> Starlette:
                     lifespan=lifespan)
     app.router.redirect_slashes = False
     app.state.gateway = gw
+    app.add_middleware(cors.CorsHeaders, gw=gw)  # Access-Control-* on S3 answers
     from gateway.health import install as install_operations
     install_operations(app)  # /health/*, /metrics, request and node-call metrics
     from gateway import console

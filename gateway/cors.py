@@ -234,10 +234,17 @@ def _common_headers(m: Match) -> list[tuple[str, str]]:
             ("Access-Control-Allow-Methods", ", ".join(m.rule.methods))]
 
 
+def header_safe(text: str) -> bool:
+    """Whether a configured value can go into a response header as is (printable ASCII): a
+    document may hold anything XML can, line breaks included, and none may reach the wire."""
+    return all(" " <= ch <= "~" for ch in text)
+
+
 def _tail_headers(m: Match) -> list[tuple[str, str]]:
     out = []
-    if m.rule.expose:
-        out.append(("Access-Control-Expose-Headers", ", ".join(m.rule.expose)))
+    expose = [h for h in m.rule.expose if header_safe(h)]
+    if expose:
+        out.append(("Access-Control-Expose-Headers", ", ".join(expose)))
     if m.rule.max_age is not None:
         out.append(("Access-Control-Max-Age", str(m.rule.max_age)))
     if m.allow_origin != "*":

@@ -283,3 +283,23 @@ def test_match_agrees_with_the_reference_model(rules: list[CorsRule], origin: st
     want = ref_match(rules, origin, method, lowered)
     # equal rules match alike, so index() finds the first that matches
     assert (None if got is None else (rules.index(got.rule), got.allow_origin)) == want
+
+
+def test_expose_headers_that_cannot_be_header_text_are_left_out() -> None:
+    body = doc("<AllowedOrigin>*</AllowedOrigin><AllowedMethod>GET</AllowedMethod>"
+               "<ExposeHeader>ETag</ExposeHeader><ExposeHeader>a&#13;&#10;Set-Cookie: x"
+               "</ExposeHeader><ExposeHeader>\u65e5\u672c</ExposeHeader>")
+    rules = cors.parse_configuration(body)
+    assert rules[0].expose == ("ETag", "a\r\nSet-Cookie: x", "\u65e5\u672c")  # kept as sent
+    got = dict(cors.response_headers(rules, "https://x.test", "GET"))
+    assert got["Access-Control-Expose-Headers"] == "ETag"
+
+
+@settings(max_examples=200)
+@given(configs, st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=10),
+       st.sampled_from(cors.METHODS))
+def test_every_header_value_is_latin1_without_line_breaks(rules: list[CorsRule], origin: str,
+                                                          method: str) -> None:
+    for _, value in cors.response_headers(rules, origin, method):
+        value.encode("latin-1")
+        assert "\r" not in value and "\n" not in value

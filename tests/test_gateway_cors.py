@@ -310,3 +310,18 @@ def test_a_deleted_bucket_takes_its_cors_with_it(s3, c) -> None:
         s3.get_bucket_cors(Bucket="gone")
     assert e.value.response["Error"]["Code"] == "NoSuchCORSConfiguration"
     s3.delete_bucket(Bucket="gone")
+
+
+def test_a_configured_value_never_breaks_an_answer(s3, c) -> None:
+    s3.create_bucket(Bucket="odd")
+    s3.put_object(Bucket="odd", Key="k", Body=b"odd")
+    odd = {"AllowedOrigins": ["*"], "AllowedMethods": ["GET"],
+           "ExposeHeaders": ["ETag", "x\nSet-Cookie: stolen=1", "\u65e5\u672c"]}
+    s3.put_bucket_cors(Bucket="odd", CORSConfiguration={"CORSRules": [odd]})
+    assert s3.get_bucket_cors(Bucket="odd")["CORSRules"][0]["ExposeHeaders"] == \
+        odd["ExposeHeaders"]  # kept as sent
+    status, h, body = signed(c, "GET", "/odd/k", {"Origin": SITE})
+    assert (status, body) == (200, b"odd")
+    assert h["access-control-expose-headers"] == "ETag" and "set-cookie" not in h
+    status, h, _ = options(c, "/odd/k")
+    assert status == 200 and h["access-control-expose-headers"] == "ETag"

@@ -143,22 +143,49 @@ async def preflight(req: S3Request) -> Response:
     return Response(b"", headers=dict(headers))
 
 
-async def add_response_headers(gw: Any, request: Request, bucket: str,
-                               resp: Response) -> None:
-    """Add the Access-Control-* headers of the bucket's first matching rule to the answer of
-    an actual request with an Origin, as S3 does on successes and errors alike."""
+async def answer_headers(gw: Any, request: Request) -> list[tuple[str, str]]:
+    """The Access-Control-* headers of the bucket's first rule matching an actual request's
+    Origin and method (none when no rule does), which S3 adds to successes and errors alike."""
     origin = request.headers.get("origin")
-    if not origin or not bucket or request.method == "OPTIONS":
-        return
+    if not origin or request.method == "OPTIONS":
+        return []
     try:
+        from gateway.app import request_target
+        bucket = request_target(gw, request).bucket
+        if not bucket:
+            return []
         state = await cache_of(gw).get(gw.store, bucket)
-    except S3Error as e:  # the store does not answer: the request's own answer still goes
-        log.debug("CORS headers left out for %s: %s", bucket, e)
-        return
+    except S3Error as e:  # a bad path, or the store does not answer: the answer goes as is
+        log.debug("CORS headers left out: %s", e)
+        return []
     except Exception:
-        log.exception("CORS headers left out for %s", bucket)
-        return
+        log.exception("CORS headers left out")
+        return []
     # S3 matches Access-Control-Request-Method when an actual request carries one.
     method = request.headers.get("access-control-request-method") or request.method
-    for name, value in cors.response_headers(state.rules, origin, method):
-        resp.headers[name] = value
+    return cors.response_headers(state.rules, origin, method)
+
+
+class CorsHeaders:
+    """ASGI middleware around the S3 endpoint: adds `answer_headers` to the start of every
+    answer to a request with an Origin. Requests without one pass untouched."""
+
+    def __init__(self, app: Any, gw: Any) -> None:
+        self.app = app
+        self.gw = gw
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not any(k == b"origin" for k, _ in scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_cors(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                extra = await answer_headers(self.gw, Request(scope))
+                if extra:
+                    message = {**message, "headers": [
+                        *message.get("headers", ()),
+                        *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import shutil
+import subprocess
 
 import pytest
 from botocore.exceptions import ClientError
@@ -325,3 +327,22 @@ def test_a_configured_value_never_breaks_an_answer(s3, c) -> None:
     assert h["access-control-expose-headers"] == "ETag" and "set-cookie" not in h
     status, h, _ = options(c, "/odd/k")
     assert status == 200 and h["access-control-expose-headers"] == "ETag"
+
+
+def test_virtual_host_preflight_and_curl(gw, c) -> None:
+    status, h, _ = send(c, "OPTIONS", "/page.txt", {
+        "Host": f"web.localhost:{c.port}", "Origin": SITE,
+        "Access-Control-Request-Method": "GET"})
+    assert status == 200 and h["access-control-allow-origin"] == SITE
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("no curl")
+    out = subprocess.run(
+        [curl, "-sS", "-i", "-X", "OPTIONS", "--noproxy", "*", "-H", f"Origin: {SITE}",
+         "-H", "Access-Control-Request-Method: PUT", "-H",
+         "Access-Control-Request-Headers: content-type,x-amz-meta-title",
+         f"{gw.endpoint}/web/upload.bin"], capture_output=True, text=True, timeout=30)
+    head = out.stdout.split("\r\n\r\n", 1)[0].lower()
+    assert head.startswith("http/1.1 200"), out.stdout + out.stderr
+    assert "access-control-allow-headers: content-type, x-amz-meta-title" in head
+    assert f"access-control-allow-origin: {SITE}" in head

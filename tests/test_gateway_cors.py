@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import os
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from botocore.exceptions import ClientError
@@ -346,3 +350,35 @@ def test_virtual_host_preflight_and_curl(gw, c) -> None:
     assert head.startswith("http/1.1 200"), out.stdout + out.stderr
     assert "access-control-allow-headers: content-type, x-amz-meta-title" in head
     assert f"access-control-allow-origin: {SITE}" in head
+
+
+def test_aws_cli_put_get_delete_bucket_cors(gw, s3, tmp_path) -> None:
+    aws = Path(sys.executable).with_name("aws")
+    if not aws.exists():
+        pytest.skip("no aws cli in the venv")
+    cfg_file = tmp_path / "config"
+    cfg_file.write_text("[default]\nregion = us-east-1\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+               AWS_CONFIG_FILE=str(cfg_file), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "c"))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(aws), "--endpoint-url", gw.endpoint, "s3api", *args,
+                               "--output", "json"], env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    s3.create_bucket(Bucket="cli-cors")
+    doc = tmp_path / "cors.json"
+    doc.write_text(json.dumps({"CORSRules": RULES}))
+    r = run("put-bucket-cors", "--bucket", "cli-cors", "--cors-configuration", f"file://{doc}")
+    assert r.returncode == 0, r.stderr
+    r = run("get-bucket-cors", "--bucket", "cli-cors")
+    assert r.returncode == 0 and json.loads(r.stdout)["CORSRules"] == RULES, r.stderr
+    doc.write_text(json.dumps({"CORSRules": [{"AllowedOrigins": ["*"],
+                                              "AllowedMethods": ["TRACE"]}]}))
+    r = run("put-bucket-cors", "--bucket", "cli-cors", "--cors-configuration", f"file://{doc}")
+    assert r.returncode != 0 and "InvalidRequest" in r.stderr
+    assert s3.get_bucket_cors(Bucket="cli-cors")["CORSRules"] == RULES
+    assert run("delete-bucket-cors", "--bucket", "cli-cors").returncode == 0
+    r = run("get-bucket-cors", "--bucket", "cli-cors")
+    assert r.returncode != 0 and "NoSuchCORSConfiguration" in r.stderr

@@ -146,13 +146,13 @@ rules_st = st.builds(
 configs = st.lists(rules_st, min_size=1, max_size=6)
 
 
-@settings(max_examples=200)
+@settings(max_examples=150)
 @given(configs)
 def test_render_then_parse_gives_the_same_rules(rules: list[CorsRule]) -> None:
     assert cors.parse_configuration(cors.render_configuration(rules)) == rules
 
 
-@settings(max_examples=200)
+@settings(max_examples=150)
 @given(configs)
 def test_the_stored_document_gives_the_same_rules(rules: list[CorsRule]) -> None:
     assert cors.from_doc(cors.to_doc(rules)) == rules
@@ -295,7 +295,7 @@ def test_expose_headers_that_cannot_be_header_text_are_left_out() -> None:
     assert got["Access-Control-Expose-Headers"] == "ETag"
 
 
-@settings(max_examples=200)
+@settings(max_examples=100)
 @given(configs, st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=10),
        st.sampled_from(cors.METHODS))
 def test_every_header_value_is_latin1_without_line_breaks(rules: list[CorsRule], origin: str,

@@ -380,5 +380,6 @@ def test_aws_cli_put_get_delete_bucket_cors(gw, s3, tmp_path) -> None:
     assert r.returncode != 0 and "InvalidRequest" in r.stderr
     assert s3.get_bucket_cors(Bucket="cli-cors")["CORSRules"] == RULES
     assert run("delete-bucket-cors", "--bucket", "cli-cors").returncode == 0
-    r = run("get-bucket-cors", "--bucket", "cli-cors")
-    assert r.returncode != 0 and "NoSuchCORSConfiguration" in r.stderr
+    with pytest.raises(ClientError) as e:
+        s3.get_bucket_cors(Bucket="cli-cors")
+    assert e.value.response["Error"]["Code"] == "NoSuchCORSConfiguration"

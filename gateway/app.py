@@ -32,6 +32,7 @@ from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_co
 from gateway.ops import (
     buckets,
     copy,
+    cors,
     lifecycle,
     listing,
     multipart,
@@ -247,6 +248,8 @@ def route(req: S3Request) -> Handler:
     """Pick the operation for method + subresources."""
     m, q = req.method, req.query
     subs = {k for k in q if k in SUBRESOURCES}
+    if m == "OPTIONS":
+        return cors.preflight  # a CORS preflight, whatever the subresources
     if not req.bucket:
         if m in ("GET", "HEAD"):
             return service.list_buckets
@@ -263,6 +266,10 @@ def route(req: S3Request) -> Handler:
             ("GET", frozenset({"versions"})): listing.list_versions,
             ("POST", frozenset({"delete"})): versioning.delete_objects,
             **BUCKET_CONFIG_ROUTES,
+            # CORS (gateway/ops/cors.py)
+            ("PUT", frozenset({"cors"})): cors.put_bucket_cors,
+            ("GET", frozenset({"cors"})): cors.get_bucket_cors,
+            ("DELETE", frozenset({"cors"})): cors.delete_bucket_cors,
         }
         if m == "GET" and not subs:
             return listing.list_objects_v2 if q.get("list-type") == "2" else listing.list_objects
@@ -376,7 +383,8 @@ def create_app(config_path_or_config: Any) -> Starlette:
             bucket, key = target.bucket, target.key
             resource = "/" + bucket + ("/" + key if key else "") if bucket else "/"
             req = S3Request(request, gw, rid, bucket, key, parse_query(request))
-            await authenticate(req, target)
+            if request.method != "OPTIONS":  # a CORS preflight is never signed
+                await authenticate(req, target)
             handler = route(req)
             resp = await handler(req)
         except S3Error as e:
@@ -408,6 +416,7 @@ def create_app(config_path_or_config: Any) -> Starlette:
                     lifespan=lifespan)
     app.router.redirect_slashes = False
     app.state.gateway = gw
+    app.add_middleware(cors.CorsHeaders, gw=gw)  # Access-Control-* on S3 answers
     from gateway.health import install as install_operations
     install_operations(app)  # /health/*, /metrics, request and node-call metrics
     from gateway import console

@@ -88,6 +88,11 @@ OPERATION_NAMES = {
     "complete_upload": "CompleteMultipartUpload",
     "list_parts": "ListParts",
     "abort_upload": "AbortMultipartUpload",
+    # CORS (gateway/ops/cors.py)
+    "put_bucket_cors": "PutBucketCors",
+    "get_bucket_cors": "GetBucketCors",
+    "delete_bucket_cors": "DeleteBucketCors",
+    "preflight": "PreflightRequest",
 }
 UNKNOWN_OPERATION = "Unknown"  # no S3 operation matches (the app answers with an error)
 

@@ -95,8 +95,7 @@ async def _save(req: S3Request, doc: str | None) -> None:
     """Store the document and rewrite the bucket marker with it (so recover-metadata brings
     it back); this worker sees the change at once."""
     try:
-        if not await save_bucket_config(req.gw, req.bucket, KIND, doc):
-            raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
+        await save_bucket_config(req.gw, req.bucket, KIND, doc)  # NoSuchBucket if gone
     finally:
         cache_of(req.gw).forget(req.bucket)  # stored even when the marker rewrite failed
 

@@ -144,8 +144,7 @@ async def delete_object_tagging(req: S3Request) -> Response:
 
 async def save_config(req: S3Request, kind: str, doc: str | None) -> None:
     """Store a bucket config document; its bucket marker is rewritten with it."""
-    if not await save_bucket_config(req.gw, req.bucket, kind, doc):
-        raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
+    await save_bucket_config(req.gw, req.bucket, kind, doc)  # NoSuchBucket if gone
 
 
 async def put_bucket_tagging(req: S3Request) -> Response:

@@ -105,6 +105,7 @@ class Base(RuleBasedStateMachine):
     def teardown(self) -> None:
         if hasattr(self, "sqlite"):
             assert queued(self.sqlite, self.env.loop) == queued(self.env.pg, self.env.loop)
+            self.same(lambda s: s.part_owners())  # every version's and marker's parts
             self.env.loop.run_until_complete(self.sqlite.close())
 
     def both(self, call: Any) -> tuple[Any, Any]:

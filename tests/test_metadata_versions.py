@@ -30,6 +30,7 @@ async def queued(s) -> list[str]:
 
 
 async def versions(s, prefix: str = "") -> list[tuple[str, str, bool, bool]]:
+    """(key, version id, is_latest, delete_marker) of every version in bucket b."""
     page = await s.list_versions("b", prefix, "", "", "", 1000)
     return [(v.key, v.version_id, v.is_latest, v.delete_marker) for v in page.items]
 
@@ -266,3 +267,22 @@ async def test_concurrent_writes_to_one_key_keep_every_version(stores) -> None:
                                     for i in range(4)))
     names = [c.bucket for cl in claims for c in cl]
     assert sorted(names) == ["l1", "l2", "l3", "l4"]
+
+
+async def test_racing_first_writes_of_a_key_one_if_absent_wins(stores) -> None:
+    """Conditional first writes of fresh keys race (nothing to lock yet on PostgreSQL): one
+    wins per key, whatever the versioning, and nothing it wrote is queued."""
+    import asyncio
+    where = stores.new_target()
+    many = [await stores.open(where) for _ in range(3)]  # several pools / connections
+    target = many[0]
+    await target.create_bucket(BucketRecord("b", "alice", 1.0))
+    for n in range(12):
+        key = f"fresh{n}"
+        results = await asyncio.gather(*(
+            s.put_object(rec(key, f"w{n}-{i}", f"V{n}-{i}"), if_absent=True,
+                         versioning=("off", "enabled", "suspended")[i % 3])
+            for i, s in enumerate(many * 4)))
+        assert sum(r is None for r in results) == 1, key
+        assert len(await versions(target, key)) == 1
+    assert await queued(target) == []

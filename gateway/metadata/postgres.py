@@ -36,6 +36,7 @@ import asyncpg
 
 from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
 from gateway.metadata.partscache import PartsCache
+from gateway.metadata.pending import PendingMethods
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -155,7 +156,7 @@ def _part(r: Any) -> PartRecord:
     return PartRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
 
 
-class PostgresStore(MetadataStore):
+class PostgresStore(PendingMethods, MetadataStore):
     def __init__(self, url: str, *, free_delay: float = 0.0, password_file: str | None = None,
                  pool_size: int = POOL_SIZE, connect_timeout: float = CONNECT_TIMEOUT,
                  command_timeout: float = COMMAND_TIMEOUT) -> None:
@@ -320,7 +321,8 @@ class PostgresStore(MetadataStore):
         return await self._tx(tx)
 
     # -- objects --------------------------------------------------------------------------
-    async def get_object(self, bucket: str, key: str) -> ObjectRecord | None:
+    async def get_object(self, bucket: str, key: str,
+                         version_id: str | None = None) -> ObjectRecord | None:
         row = await self._read(lambda c: c.fetchrow(
             f"SELECT {_OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2",
             bucket, key_bytes(key)))
@@ -331,7 +333,8 @@ class PostgresStore(MetadataStore):
 
     async def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
                          if_absent: bool = False, upload_id: str | None = None,
-                         release: list[int] | None = None) -> ObjectRecord | None:
+                         release: list[int] | None = None,
+                         versioning: str = "off") -> ObjectRecord | None:
         kb = key_bytes(rec.key)
         values = (rec.bucket, kb, rec.size, rec.etag, rec.last_modified, rec.owner, rec.version,
                   json.dumps(rec.headers), json.dumps(rec.user_meta), json.dumps(rec.checksum),

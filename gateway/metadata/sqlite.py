@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
+from gateway.metadata.pending import PendingMethods
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -76,7 +77,7 @@ PARTS_CACHE_BYTES = 16 * 1024 * 1024
 _k, _s = key_bytes, key_str
 
 
-class SqliteStore(MetadataStore):
+class SqliteStore(PendingMethods, MetadataStore):
     def __init__(self, path: str | Path, *, free_delay: float = 0.0) -> None:
         self.path = str(path)
         # Seconds between an object's data being replaced or deleted and its fragments
@@ -488,12 +489,14 @@ class SqliteStore(MetadataStore):
     async def delete_bucket(self, name: str) -> bool:
         return await self._w(self._delete_bucket, name)
 
-    async def get_object(self, bucket: str, key: str) -> ObjectRecord | None:
+    async def get_object(self, bucket: str, key: str,
+                         version_id: str | None = None) -> ObjectRecord | None:
         return self._get_object(bucket, key)
 
     async def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
                          if_absent: bool = False, upload_id: str | None = None,
-                         release: list[int] | None = None) -> ObjectRecord | None:
+                         release: list[int] | None = None,
+                         versioning: str = "off") -> ObjectRecord | None:
         return await self._w(self._put_object, rec, if_version=if_version, if_absent=if_absent,
                              upload_id=upload_id, release=release)
 

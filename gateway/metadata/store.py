@@ -1,4 +1,5 @@
-"""The metadata store interface: buckets, objects, multipart uploads, parts, orphan queue.
+"""The metadata store interface: buckets (with their configuration documents), objects and
+their versions, multipart uploads, parts, orphan queue, users, lifecycle runs.
 
 Keys are handled as UTF-8 bytes so that every implementation lists in S3's binary order.
 Part layouts are opaque JSON-able dicts (erasure.PartLayout serialised); the store never
@@ -22,6 +23,9 @@ class BucketRecord:
     owner: str
     created: float
     region: str = "us-east-1"
+    # Normalised grant list (JSON-able dicts, as gateway/access/ makes them); None: only the
+    # owner has FULL_CONTROL (a fresh bucket, or one whose ACL was never set).
+    acl: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -39,12 +43,59 @@ class ObjectRecord:
     # Each part: {"number", "size", "etag", "layout", optional "checksum"}; in object order.
     parts: list[dict[str, Any]] = field(default_factory=list)
     manifest: dict[str, Any] | None = None  # layout of the multipart manifest part, if any
+    tags: dict[str, str] = field(default_factory=dict)        # object tags (<= 10, ops-checked)
+    acl: list[dict[str, Any]] | None = None  # normalised grant list; None: owner FULL_CONTROL
+    # S3 version id: "null" while the bucket's versioning is off or suspended, else chosen by
+    # the caller with gateway.metadata.versionids.new_version_id().
+    version_id: str = "null"
 
     def layouts(self) -> list[dict[str, Any]]:
         out = [p["layout"] for p in self.parts if p.get("layout")]
         if self.manifest:
             out.append(self.manifest)
         return out
+
+
+@dataclass
+class VersionRecord(ObjectRecord):
+    """One version of a key (ListObjectVersions, GET ?versionId=). A delete marker has
+    size 0, no parts, and its 0-byte archive part's layout (if any) as `manifest`, so deleting
+    the marker frees that part like any other layout."""
+
+    is_latest: bool = False
+    delete_marker: bool = False
+
+
+@dataclass
+class DeleteItem:
+    """One key of a batch delete (`delete_many`): with `version_id`, that version is removed
+    (delete_version); else with `marker`, that delete marker is added (put_delete_marker, on
+    an enabled or suspended bucket); else the current object is removed (delete_object)."""
+
+    key: str
+    version_id: str | None = None
+    marker: VersionRecord | None = None
+
+
+@dataclass
+class UserRecord:
+    """An S3 user kept in the store (`zonegate user add/list/remove`), beside the config's."""
+
+    access_key: str
+    secret: str
+    canonical_id: str
+    display_name: str
+    created: float
+
+
+@dataclass
+class LifecycleClaim:
+    """A bucket leased to one lifecycle worker for `day`; `marker` is the resume point saved by
+    lifecycle_progress during that day's run ("" to start from the first key)."""
+
+    bucket: str
+    day: int
+    marker: str
 
 
 @dataclass
@@ -85,6 +136,18 @@ class ListPage:
     prefixes: list[str]
     truncated: bool
     next_marker: str | None        # last key (or prefix) returned, when truncated
+    # list_versions: the version id of the last version returned, when truncated (None when
+    # the page ended on a common prefix)
+    next_version_marker: str | None = None
+
+
+# Kinds of bucket configuration documents (put_bucket_config).
+# The bucket ACL is not one of them: it is BucketRecord.acl (put_bucket_acl), read with the
+# bucket on every request that evaluates access.
+CONFIG_KINDS = ("versioning", "lifecycle", "tagging", "policy", "cors", "ownership",
+                "public-access-block")
+# put_object / put_delete_marker / delete_many versioning states
+VERSIONING_STATES = ("off", "enabled", "suspended")
 
 
 class BucketNotEmptyError(Exception):
@@ -141,28 +204,110 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     async def delete_bucket(self, name: str) -> bool:
-        """Raise BucketNotEmptyError if objects remain; uploads in progress are aborted."""
+        """Raise BucketNotEmptyError if any version (or delete marker) remains; uploads in
+        progress are aborted; the bucket's configuration documents and lifecycle state go
+        with it."""
 
-    # objects
     @abc.abstractmethod
-    async def get_object(self, bucket: str, key: str) -> ObjectRecord | None:
-        """The object's record; read-only for the caller (an implementation may hand the
-        same parsed `parts` list to every reader of one stored version)."""
+    async def put_bucket_acl(self, bucket: str, acl: list[dict[str, Any]] | None) -> bool:
+        """Set the bucket's grant list (None: back to owner-only). False: no such bucket."""
+
+    # bucket configuration documents
+    @abc.abstractmethod
+    async def get_bucket_config(self, bucket: str, kind: str) -> str | None:
+        """The bucket's document of this kind (CONFIG_KINDS), None if unset or no bucket."""
+
+    @abc.abstractmethod
+    async def put_bucket_config(self, bucket: str, kind: str, doc: str | None) -> bool:
+        """Set (doc: the validated, normalised JSON text) or delete (None) the bucket's
+        document of this kind. False: no such bucket. ValueError: unknown kind."""
+
+    @abc.abstractmethod
+    async def bucket_configs(self, bucket: str) -> dict[str, str]:
+        """Every document the bucket has, by kind ({} if none or no bucket)."""
+
+    # objects and versions
+    @abc.abstractmethod
+    async def get_object(self, bucket: str, key: str,
+                         version_id: str | None = None) -> ObjectRecord | None:
+        """Without version_id: the current object (None if absent or if the newest version is
+        a delete marker). With it: that version as a VersionRecord (delete_marker set for a
+        marker, is_latest for the newest), None if there is no such version. Read-only for the
+        caller (an implementation may hand the same parsed `parts` list to every reader)."""
+
+    @abc.abstractmethod
+    async def head_version(self, bucket: str, key: str) -> VersionRecord | None:
+        """The newest version of the key, delete markers included (for a GET's 404 to say
+        x-amz-delete-marker), None if the key has no version."""
 
     @abc.abstractmethod
     async def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
-                   if_absent: bool = False, upload_id: str | None = None,
-                   release: list[int] | None = None) -> ObjectRecord | None:
-        """Commit rec, queueing the replaced object's layouts (and, with upload_id, the upload's
-        parts not used by rec) for deletion. With if_absent / if_version the commit only happens
-        if the key is absent / still has that version: returns the current record on conflict,
-        None on success. With upload_id, every part of rec must still be a current part of that
-        upload, else UploadChangedError and nothing changes; NoSuchBucketError if the bucket
-        is gone (checked in the same transaction). `release`: orphan-queue entries (the pending marks of the data just
-        written) removed in the same transaction, so committed data is never swept."""
+                         if_absent: bool = False, upload_id: str | None = None,
+                         release: list[int] | None = None,
+                         versioning: str = "off") -> ObjectRecord | None:
+        """Commit rec as the key's newest version and current object. versioning "enabled":
+        rec.version_id (the caller's new_version_id()) is added and the old current version
+        stays as a noncurrent one (its layouts are kept); "off" / "suspended": rec replaces the
+        key's "null" version (its layouts queued; rec.version_id is stored as "null"), other
+        versions stay. Also queued: with upload_id, the upload's parts not used by rec.
+
+        With if_absent / if_version the commit only happens if there is no current object /
+        the current object still has that `version` (write uuid): returns the current record
+        on conflict, None on success. With upload_id, every part of rec must still be a current
+        part of that upload, else UploadChangedError and nothing changes; NoSuchBucketError if
+        the bucket is gone (checked in the same transaction). `release`: orphan-queue entries
+        (the pending marks of the data just written) removed in the same transaction, so
+        committed data is never swept."""
 
     @abc.abstractmethod
-    async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None: ...
+    async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
+        """Remove the current object (the version it is) and queue its layouts; the next newest
+        version, if any and not a marker, becomes current. For unversioned buckets (and
+        existing callers); versioned deletes use put_delete_marker / delete_version."""
+
+    @abc.abstractmethod
+    async def delete_version(self, bucket: str, key: str,
+                             version_id: str) -> VersionRecord | None:
+        """Remove exactly that version (object or delete marker), queueing its layouts; if it
+        was the newest, the next newest becomes current (none if that one is a marker). The
+        removed version, None if there was none."""
+
+    @abc.abstractmethod
+    async def put_delete_marker(self, marker: VersionRecord,
+                                versioning: str) -> VersionRecord:
+        """DELETE without a version id on a versioned bucket. "enabled": marker (its
+        version_id from new_version_id()) becomes the newest version and the current object
+        is no longer current (kept as a noncurrent version); "suspended": the marker, stored
+        with version id "null", replaces the key's null version (its layouts queued). The
+        marker as stored. NoSuchBucketError if the bucket is gone; ValueError for "off"."""
+
+    @abc.abstractmethod
+    async def delete_many(self, bucket: str, items: list[DeleteItem],
+                          versioning: str = "off") -> list[ObjectRecord | None]:
+        """DeleteObjects on any bucket, in one transaction: per item (see DeleteItem) what
+        delete_version, put_delete_marker or delete_object returns, in order."""
+
+    @abc.abstractmethod
+    async def list_versions(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+                            version_id_marker: str, limit: int) -> ListPage:
+        """ListObjectVersions: VersionRecords (no headers, user metadata, tags, ACL or parts)
+        with keys ascending in binary order and each key's versions newest first, keys holding
+        the delimiter rolled up into common prefixes (both count toward limit). Resumes after
+        (key_marker, version_id_marker) or, without a version id marker, after every version
+        of key_marker. Truncated: next_marker is the last key (or prefix), next_version_marker
+        the last version's id (None after a prefix)."""
+
+    @abc.abstractmethod
+    async def put_object_tags(self, bucket: str, key: str, version_id: str | None,
+                              tags: dict[str, str]) -> bool:
+        """Replace the tags of that version (None: the current object). False if there is no
+        such version, or it is a delete marker."""
+
+    @abc.abstractmethod
+    async def put_object_acl(self, bucket: str, key: str, version_id: str | None,
+                             acl: list[dict[str, Any]] | None) -> bool:
+        """Replace the grant list of that version (None: the current object). False if there
+        is no such version, or it is a delete marker."""
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
         """Delete many keys of one bucket (DeleteObjects), their layouts queued for the
@@ -173,8 +318,9 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     async def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                      limit: int) -> ListPage:
-        """Objects in the page carry no headers, user metadata or parts (listings need only
-        key, size, ETag, last-modified, owner and checksum)."""
+        """Current objects only. Objects in the page carry no headers, user metadata, tags,
+        ACL or parts (listings need only key, size, ETag, last-modified, owner, checksum and
+        version id)."""
 
     # uploads
     @abc.abstractmethod
@@ -221,11 +367,49 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     async def orphan_count(self) -> int: ...
 
+    # users
+    @abc.abstractmethod
+    async def add_user(self, rec: UserRecord) -> bool:
+        """False (nothing changes) if the access key is taken."""
+
+    @abc.abstractmethod
+    async def get_user(self, access_key: str) -> UserRecord | None: ...
+
+    @abc.abstractmethod
+    async def list_users(self) -> list[UserRecord]:
+        """Ordered by access key."""
+
+    @abc.abstractmethod
+    async def remove_user(self, access_key: str) -> bool: ...
+
+    # lifecycle runs
+    @abc.abstractmethod
+    async def lifecycle_claim(self, worker: str, day: int, lease: float,
+                              limit: int = 10) -> list[LifecycleClaim]:
+        """Lease to `worker` for `lease` seconds up to `limit` buckets that have a `lifecycle`
+        document and whose run for `day` is not done, skipping buckets another worker holds an
+        unexpired lease on (FOR UPDATE SKIP LOCKED on PostgreSQL, as orphans are). `day` is an
+        integer day number the caller computes (floor(epoch seconds / day length), the day
+        length configurable so tests run days in seconds). A claim resumes the marker saved
+        for the same day; a new day starts from "". Ordered by bucket name."""
+
+    @abc.abstractmethod
+    async def lifecycle_progress(self, bucket: str, worker: str, day: int, marker: str,
+                                 lease: float) -> bool:
+        """Save the resume point of the day's run and extend the lease. False (nothing saved)
+        if worker no longer holds the bucket's lease for that day (it expired and another
+        worker claimed it): the caller stops working that bucket."""
+
+    @abc.abstractmethod
+    async def lifecycle_done(self, bucket: str, worker: str, day: int) -> bool:
+        """The day's run finished: the bucket is not claimed again before day + 1. False if
+        worker no longer holds the lease."""
+
     # fragment audit
     @abc.abstractmethod
     async def part_owners(self) -> dict[str, str]:
-        """Every part uid something here owns -> "live" (an object's part or manifest, an
-        upload's part, a bucket's marker), "pending write" or "queued for deletion" (the orphan
+        """Every part uid something here owns -> "live" (any version's part or manifest, a
+        delete marker's part, an upload's part, a bucket's marker), "pending write" or "queued for deletion" (the orphan
         queue), read in one snapshot. For the fragment audit (gateway/audit.py)."""
 
     @abc.abstractmethod

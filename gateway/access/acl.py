@@ -1,16 +1,16 @@
 """Access control lists: grants, canned ACLs, `x-amz-grant-*` headers, and the
 AccessControlPolicy XML of Get/Put*Acl.
 
-The stored (normalised) form is JSON: a list of {"id": <canonical id>} or {"uri": <group>}
+The stored (normalised) form is a list of {"id": <canonical id>} or {"uri": <group>}
 grantees with a "permission". The owner is not part of it (the bucket or object record
 names its owner)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from xml.sax.saxutils import escape
 
 from gateway.access.identity import Requester, canonical_id, is_canonical_id
@@ -49,18 +49,19 @@ def owner_grant(owner: str) -> Grant:
     return Grant("id", canonical_id(owner), "FULL_CONTROL")
 
 
-def to_json(grants: Iterable[Grant]) -> str:
-    return json.dumps([g.to_dict() for g in grants], separators=(",", ":"))
+def to_list(grants: Iterable[Grant]) -> list[dict[str, str]]:
+    """The normalised form kept in BucketRecord.acl / ObjectRecord.acl."""
+    return [g.to_dict() for g in grants]
 
 
-def from_json(text: str | None, owner: str) -> list[Grant]:
-    """The stored grants; none stored means the default (the owner's FULL_CONTROL)."""
-    if not text:
+def from_list(stored: list[dict[str, Any]] | None, owner: str) -> list[Grant]:
+    """The stored grants; None means the default (the owner's FULL_CONTROL)."""
+    if stored is None:
         return [owner_grant(owner)]
     out = []
-    for d in json.loads(text):
+    for d in stored:
         kind = "id" if "id" in d else "uri"
-        out.append(Grant(kind, d[kind], d["permission"]))
+        out.append(Grant(kind, str(d[kind]), str(d["permission"])))
     return out
 
 

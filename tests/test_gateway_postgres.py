@@ -25,7 +25,15 @@ from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from erasure.config import write_config
-from gateway.metadata import BucketRecord, ObjectRecord, PartRecord, UploadRecord, open_store
+from gateway.metadata import (
+    BucketRecord,
+    ObjectRecord,
+    PartRecord,
+    UploadRecord,
+    open_store,
+    postgres,
+)
+from gateway.metadata.store import UserRecord
 from tests.gwcluster import Gateway, archive_ids, wait_for
 from tests.pgserver import PASSWORD, PgServer, free_port, skip_reason
 
@@ -292,6 +300,10 @@ async def _fill_sqlite(path: Path) -> None:
                                             "layout": {"part_uid": "v9.p1"}}]))  # queues v0
     await s.create_upload(UploadRecord("up1", "moved", "mp", "alice", 3.0))
     await s.put_part(PartRecord("up1", 1, 5, "pe", 3.0, {"part_uid": "x.p1"}))
+    await s.put_bucket_config("moved", "lifecycle", '{"rules": []}')
+    await s.put_bucket_acl("moved", [{"grantee": {"id": "bob"}, "permission": "READ"}])
+    await s.put_object_tags("moved", "a", None, {"t": "1"})
+    await s.add_user(UserRecord("AKX", "sk", "cid", "X", 1.0))
     await s.close()
 
 
@@ -306,6 +318,9 @@ async def _dump(target: str, password_file: str | None) -> dict:
             "uploads": (await s.list_uploads("moved", "", "", "", "", 10)).items,
             "parts": await s.list_parts("up1"),
             "orphans": sorted(e.layout["part_uid"] for e in await s.claim_orphans(100)),
+            "configs": await s.bucket_configs("moved"),
+            "users": await s.list_users(),
+            "lifecycle": await s.lifecycle_claim("w", 1, 60.0),
         }
     finally:
         await s.close()
@@ -321,6 +336,7 @@ def test_metadata_copy_sqlite_to_postgres(pg: PgServer, tmp_path: Path) -> None:
     assert "4 objects" in r.stdout and "1 uploads" in r.stdout
     want = asyncio.run(_dump(str(src), None))
     assert want["orphans"] == ["v0.p1"]
+    assert want["configs"] and want["users"] and want["lifecycle"]
     assert asyncio.run(_dump(url, str(pg.password_file))) == want
     # a second copy into the same database is refused, nothing changes
     r = zonegate("metadata", "copy", "--from", str(src), "--to", url, "--password-file",
@@ -335,7 +351,8 @@ def test_recover_metadata_into_postgres_and_migrate(cluster: Gateway, pg: PgServ
     url = pg.new_database("rec")
     cfg = config_with(cluster, cluster.root / "recover.toml", metadata=url)
     r = zonegate("metadata", "migrate", "--config", str(cfg))
-    assert r.returncode == 0 and "schema version 1" in r.stdout, r.stderr
+    want = f"schema version {len(postgres.MIGRATIONS)}"
+    assert r.returncode == 0 and want in r.stdout, r.stderr
     r = zonegate("recover-metadata", "--config", str(cfg), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
 

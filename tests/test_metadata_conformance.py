@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from gateway.metadata import BucketRecord, ObjectRecord, PartRecord, UploadRecord, open_store
 from gateway.metadata.postgres import PostgresStore
 from gateway.metadata.sqlite import SqliteStore
+from gateway.metadata.store import CONFIG_KINDS, UserRecord
 from tests import storebackends
 
 pg_server = storebackends.pg_server
@@ -35,6 +36,18 @@ delimiters = st.sampled_from(["", "/", "é", "a"])
 buckets = st.sampled_from(["b1", "b2", "b3"])
 owners = st.sampled_from(["alice", "bob"])
 times = st.sampled_from([1.0, 2.5, 1e9, 1.7e9 + 0.123456])
+acls = st.none() | st.sampled_from([
+    [], [{"grantee": {"type": "CanonicalUser", "id": "bob"}, "permission": "READ"}],
+    [{"grantee": {"type": "Group", "uri": "AllUsers"}, "permission": "READ"},
+     {"grantee": {"type": "CanonicalUser", "id": "alice"}, "permission": "FULL_CONTROL"}]])
+tag_sets = st.dictionaries(st.sampled_from(["a", "b", "é", "k/1"]), st.sampled_from(["", "x", "€"]),
+                           max_size=3)
+kinds = st.sampled_from([*CONFIG_KINDS, "bogus"])
+docs = st.none() | st.sampled_from(['{"status": "Enabled"}', '{"rules": []}', "{}"])
+access_keys = st.sampled_from(["AK1", "AK2", "AKé"])
+workers = st.sampled_from(["w1", "w2"])
+days = st.integers(0, 3)
+leases = st.sampled_from([0.0, 10_000.0])
 
 
 class Env:
@@ -69,9 +82,11 @@ class SameAnswers(RuleBasedStateMachine):
     def setup(self) -> None:
         env = self.env
         env.loop.run_until_complete(env.pg._p().execute(
-            "TRUNCATE buckets, objects, uploads, parts, orphans RESTART IDENTITY"))
+            "TRUNCATE buckets, objects, uploads, parts, orphans, bucket_configs, users, "
+            "lifecycle_runs RESTART IDENTITY"))
         self.sqlite = SqliteStore(env.tmp / f"m{next(self.counter)}.sqlite")
         self.versions: list[str] = ["v-none"]
+        self.version_ids: list[str] = ["null", "vid-none"]
         self.uploads: list[str] = ["u-none"]
         # orphan id on SQLite -> id on PostgreSQL (ids need not agree, only what they name)
         self.claimed: dict[int, int] = {}
@@ -122,7 +137,8 @@ class SameAnswers(RuleBasedStateMachine):
                            checksum={"algorithm": "CRC32", "value": "AAAAAA==",
                                      "type": "FULL_OBJECT"},
                            parts=[{"number": 1, "size": size, "etag": "e",
-                                   "layout": {"part_uid": f"{v}.p1", "placement": {"0": "n1"}}}])
+                                   "layout": {"part_uid": f"{v}.p1", "placement": {"0": "n1"}}}],
+                           tags=data.draw(tag_sets), acl=data.draw(acls))
         kw: dict[str, Any] = {}
         if mode == "absent":
             kw["if_absent"] = True
@@ -164,6 +180,65 @@ class SameAnswers(RuleBasedStateMachine):
             after = page.next_marker
         want = sorted([o.key for o in whole.items] + whole.prefixes, key=lambda k: k.encode())
         assert seen == want
+
+    @rule(bucket=buckets, key=keys, tags=tag_sets, data=st.data())
+    def put_object_tags(self, bucket: str, key: str, tags: dict[str, str],
+                        data: st.DataObject) -> None:
+        vid = data.draw(st.none() | st.sampled_from(self.version_ids))
+        self.same(lambda s: s.put_object_tags(bucket, key, vid, tags))
+
+    @rule(bucket=buckets, key=keys, acl=acls, data=st.data())
+    def put_object_acl(self, bucket: str, key: str, acl: Any, data: st.DataObject) -> None:
+        vid = data.draw(st.none() | st.sampled_from(self.version_ids))
+        self.same(lambda s: s.put_object_acl(bucket, key, vid, acl))
+
+    # -- bucket ACLs and configuration documents -----------------------------------------
+    @rule(bucket=buckets, acl=acls)
+    def put_bucket_acl(self, bucket: str, acl: Any) -> None:
+        self.same(lambda s: s.put_bucket_acl(bucket, acl))
+
+    @rule(bucket=buckets, kind=kinds, doc=docs)
+    def put_bucket_config(self, bucket: str, kind: str, doc: str | None) -> None:
+        self.same(lambda s: s.put_bucket_config(bucket, kind, doc))
+
+    @rule(bucket=buckets, kind=kinds)
+    def get_bucket_config(self, bucket: str, kind: str) -> None:
+        self.same(lambda s: s.get_bucket_config(bucket, kind))
+
+    @rule(bucket=buckets)
+    def bucket_configs(self, bucket: str) -> None:
+        self.same(lambda s: s.bucket_configs(bucket))
+
+    # -- users ---------------------------------------------------------------------------
+    @rule(ak=access_keys, secret=st.sampled_from(["s1", "s2"]), when=times)
+    def add_user(self, ak: str, secret: str, when: float) -> None:
+        self.same(lambda s: s.add_user(UserRecord(ak, secret, f"cid-{ak}", f"User {ak}", when)))
+
+    @rule(ak=access_keys)
+    def get_user(self, ak: str) -> None:
+        self.same(lambda s: s.get_user(ak))
+
+    @rule()
+    def list_users(self) -> None:
+        self.same(lambda s: s.list_users())
+
+    @rule(ak=access_keys)
+    def remove_user(self, ak: str) -> None:
+        self.same(lambda s: s.remove_user(ak))
+
+    # -- lifecycle runs ------------------------------------------------------------------
+    @rule(worker=workers, day=days, lease=leases, limit=st.integers(1, 3))
+    def lifecycle_claim(self, worker: str, day: int, lease: float, limit: int) -> None:
+        self.same(lambda s: s.lifecycle_claim(worker, day, lease, limit))
+
+    @rule(bucket=buckets, worker=workers, day=days, marker=st.just("") | keys, lease=leases)
+    def lifecycle_progress(self, bucket: str, worker: str, day: int, marker: str,
+                           lease: float) -> None:
+        self.same(lambda s: s.lifecycle_progress(bucket, worker, day, marker, lease))
+
+    @rule(bucket=buckets, worker=workers, day=days)
+    def lifecycle_done(self, bucket: str, worker: str, day: int) -> None:
+        self.same(lambda s: s.lifecycle_done(bucket, worker, day))
 
     # -- uploads ------------------------------------------------------------------------
     @rule(bucket=buckets, key=keys, when=times)

@@ -3,7 +3,8 @@
 - `zonegate metadata migrate --config C`: create or upgrade the schema of the configured store
   (a gateway also does it at start; this is for doing it ahead, from any machine).
 - `zonegate metadata copy --from <sqlite path> --to <postgresql URL>`: copy an embedded store
-  (buckets, objects, uploads, parts, the orphan queue) into an empty PostgreSQL database, in
+  (every table: buckets and their configuration, objects, uploads, parts, the orphan
+  queue, users, lifecycle runs) into an empty PostgreSQL database, in
   one transaction, to move a cluster from one gateway on SQLite to several on PostgreSQL. Run
   it with the gateway stopped; the SQLite file is read in one snapshot and left as it was.
 """
@@ -16,14 +17,17 @@ import sqlite3
 from pathlib import Path
 
 TABLES: dict[str, str] = {
-    "buckets": "name, owner, created, region",
+    "buckets": "name, owner, created, region, acl",
     "objects": "bucket, key, size, etag, last_modified, owner, version, headers, user_meta, "
-               "checksum, parts, manifest",
+               "checksum, parts, manifest, tags, acl, version_id",
     "uploads": "upload_id, bucket, key, owner, initiated, headers, user_meta, "
                "checksum_algorithm, checksum_type",
     "parts": "upload_id, number, size, etag, last_modified, layout, checksum",
     # ids are the target's own (a new sequence); only what is queued and when it is due moves
     "orphans": "layout, due",
+    "bucket_configs": "bucket, kind, doc",
+    "users": "access_key, secret, canonical_id, display_name, created",
+    "lifecycle_runs": "bucket, done_day, run_day, marker, worker, lease_until",
 }
 
 

@@ -37,6 +37,8 @@ import asyncpg
 from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
 from gateway.metadata.partscache import PartsCache
 from gateway.metadata.pending import PendingMethods
+from gateway.metadata.pg_extra import PgExtras
+from gateway.metadata.pg_versions import PgVersions
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -80,6 +82,21 @@ MIGRATIONS: list[str] = [
                           due DOUBLE PRECISION NOT NULL);
     CREATE INDEX orphans_due ON orphans (due, id);
     """,
+    # 1 -> 2: ACLs, tags, version ids; bucket configuration documents, users, lifecycle runs
+    """
+    ALTER TABLE buckets ADD COLUMN acl TEXT;
+    ALTER TABLE objects ADD COLUMN tags TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE objects ADD COLUMN acl TEXT;
+    ALTER TABLE objects ADD COLUMN version_id TEXT NOT NULL DEFAULT 'null';
+    CREATE TABLE bucket_configs (bucket TEXT COLLATE "C" NOT NULL, kind TEXT COLLATE "C" NOT NULL,
+                                 doc TEXT NOT NULL, PRIMARY KEY (bucket, kind));
+    CREATE TABLE users (access_key TEXT COLLATE "C" PRIMARY KEY, secret TEXT NOT NULL,
+                        canonical_id TEXT NOT NULL, display_name TEXT NOT NULL,
+                        created DOUBLE PRECISION NOT NULL);
+    CREATE TABLE lifecycle_runs (bucket TEXT COLLATE "C" PRIMARY KEY, done_day BIGINT NOT NULL,
+                                 run_day BIGINT NOT NULL, marker TEXT NOT NULL,
+                                 worker TEXT NOT NULL, lease_until DOUBLE PRECISION NOT NULL);
+    """,
 ]
 
 # What a lost, restarting or overloaded database raises: the request gets 503 SlowDown.
@@ -95,8 +112,9 @@ COMMAND_TIMEOUT = 15.0
 POOL_SIZE = 8
 
 _OBJ_COLS = ("bucket, key, size, etag, last_modified, owner, version, headers, user_meta, "
-             "checksum, parts, manifest")
-_LIST_COLS = "bucket, key, size, etag, last_modified, owner, version, checksum"
+             "checksum, parts, manifest, tags, acl, version_id")
+_LIST_COLS = "bucket, key, size, etag, last_modified, owner, version, checksum, version_id"
+_BUCKET_COLS = "name, owner, created, region, acl"
 _UP_COLS = ("upload_id, bucket, key, owner, initiated, headers, user_meta, "
             "checksum_algorithm, checksum_type")
 _PART_COLS = "upload_id, number, size, etag, last_modified, layout, checksum"
@@ -138,13 +156,23 @@ def _obj(r: Any, parts: list[dict[str, Any]] | None = None) -> ObjectRecord:
         bucket=r[0], key=key_str(r[1]), size=r[2], etag=r[3], last_modified=r[4], owner=r[5],
         version=r[6], headers=json.loads(r[7]), user_meta=json.loads(r[8]),
         checksum=json.loads(r[9]), parts=json.loads(r[10]) if parts is None else parts,
-        manifest=json.loads(r[11]) if r[11] else None)
+        manifest=json.loads(r[11]) if r[11] else None, tags=json.loads(r[12]),
+        acl=json.loads(r[13]) if r[13] else None, version_id=r[14])
 
 
 def _listed(r: Any) -> ObjectRecord:
     return ObjectRecord(bucket=r[0], key=key_str(r[1]), size=r[2], etag=r[3],
                         last_modified=r[4], owner=r[5], version=r[6],
-                        checksum=json.loads(r[7]))
+                        checksum=json.loads(r[7]), version_id=r[8])
+
+
+def _js(v: Any) -> str | None:
+    """JSON text of an optional column (None stays NULL)."""
+    return None if v is None else json.dumps(v)
+
+
+def _bk(r: Any) -> BucketRecord:
+    return BucketRecord(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None)
 
 
 def _up(r: Any) -> UploadRecord:
@@ -156,7 +184,7 @@ def _part(r: Any) -> PartRecord:
     return PartRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
 
 
-class PostgresStore(PendingMethods, MetadataStore):
+class PostgresStore(PgExtras, PgVersions, PendingMethods, MetadataStore):
     def __init__(self, url: str, *, free_delay: float = 0.0, password_file: str | None = None,
                  pool_size: int = POOL_SIZE, connect_timeout: float = CONNECT_TIMEOUT,
                  command_timeout: float = COMMAND_TIMEOUT) -> None:
@@ -275,32 +303,31 @@ class PostgresStore(PendingMethods, MetadataStore):
     # -- buckets --------------------------------------------------------------------------
     async def create_bucket(self, rec: BucketRecord) -> BucketRecord | None:
         async def tx(c: asyncpg.Connection) -> BucketRecord | None:
-            got = await c.execute("INSERT INTO buckets VALUES ($1, $2, $3, $4) "
+            got = await c.execute(f"INSERT INTO buckets ({_BUCKET_COLS}) VALUES ($1,$2,$3,$4,$5) "
                                   "ON CONFLICT (name) DO NOTHING",
-                                  rec.name, rec.owner, rec.created, rec.region)
+                                  rec.name, rec.owner, rec.created, rec.region, _js(rec.acl))
             if got.endswith(" 1"):
                 return None
-            row = await c.fetchrow("SELECT name, owner, created, region FROM buckets "
-                                   "WHERE name=$1", rec.name)
+            row = await c.fetchrow(f"SELECT {_BUCKET_COLS} FROM buckets WHERE name=$1",
+                                   rec.name)
             if row is None:
                 raise _Again  # taken and deleted again meanwhile
-            return BucketRecord(*row)
+            return _bk(row)
         return await self._tx(tx)
 
     async def get_bucket(self, name: str) -> BucketRecord | None:
         row = await self._read(lambda c: c.fetchrow(
-            "SELECT name, owner, created, region FROM buckets WHERE name=$1", name))
-        return BucketRecord(*row) if row else None
+            f"SELECT {_BUCKET_COLS} FROM buckets WHERE name=$1", name))
+        return _bk(row) if row else None
 
     async def list_buckets(self, owner: str | None = None) -> list[BucketRecord]:
         if owner is None:
             rows = await self._read(lambda c: c.fetch(
-                "SELECT name, owner, created, region FROM buckets ORDER BY name"))
+                f"SELECT {_BUCKET_COLS} FROM buckets ORDER BY name"))
         else:
             rows = await self._read(lambda c: c.fetch(
-                "SELECT name, owner, created, region FROM buckets WHERE owner=$1 "
-                "ORDER BY name", owner))
-        return [BucketRecord(*r) for r in rows]
+                f"SELECT {_BUCKET_COLS} FROM buckets WHERE owner=$1 ORDER BY name", owner))
+        return [_bk(r) for r in rows]
 
     async def delete_bucket(self, name: str) -> bool:
         async def tx(c: asyncpg.Connection) -> bool:
@@ -317,6 +344,8 @@ class PostgresStore(PendingMethods, MetadataStore):
                 # queued in (upload, part number) order, as on SQLite
                 await self._queue(c, [json.loads(r[2]) for r in sorted(rows, key=lambda r: (r[0], r[1]))],
                                   time.time())
+            await c.execute("DELETE FROM bucket_configs WHERE bucket=$1", name)
+            await c.execute("DELETE FROM lifecycle_runs WHERE bucket=$1", name)
             return (await c.execute("DELETE FROM buckets WHERE name=$1", name)).endswith(" 1")
         return await self._tx(tx)
 
@@ -338,7 +367,8 @@ class PostgresStore(PendingMethods, MetadataStore):
         kb = key_bytes(rec.key)
         values = (rec.bucket, kb, rec.size, rec.etag, rec.last_modified, rec.owner, rec.version,
                   json.dumps(rec.headers), json.dumps(rec.user_meta), json.dumps(rec.checksum),
-                  json.dumps(rec.parts), json.dumps(rec.manifest) if rec.manifest else None)
+                  json.dumps(rec.parts), json.dumps(rec.manifest) if rec.manifest else None,
+                  json.dumps(rec.tags), _js(rec.acl), rec.version_id)
 
         async def tx(c: asyncpg.Connection) -> ObjectRecord | None:
             now = time.time()
@@ -369,14 +399,15 @@ class PostgresStore(PendingMethods, MetadataStore):
             if old is None:
                 got = await c.execute(
                     f"INSERT INTO objects ({_OBJ_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,"
-                    "$11,$12) ON CONFLICT (bucket, key) DO NOTHING", *values)
+                    "$11,$12,$13,$14,$15) ON CONFLICT (bucket, key) DO NOTHING", *values)
                 if not got.endswith(" 1"):
                     raise _Again  # inserted by another commit since our read
             else:
                 await c.execute(
                     "UPDATE objects SET size=$3, etag=$4, last_modified=$5, owner=$6, "
                     "version=$7, headers=$8, user_meta=$9, checksum=$10, parts=$11, "
-                    "manifest=$12 WHERE bucket=$1 AND key=$2", *values)
+                    "manifest=$12, tags=$13, acl=$14, version_id=$15 WHERE bucket=$1 AND key=$2",
+                    *values)
             keep = {json.dumps(lay, sort_keys=True) for lay in rec.layouts()}
             freed: list[dict] = []
             if old is not None:

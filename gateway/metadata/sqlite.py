@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 
 from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
 from gateway.metadata.pending import PendingMethods
+from gateway.metadata.sqlite_extra import SqliteExtras
+from gateway.metadata.sqlite_versions import SqliteVersions
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -66,6 +68,21 @@ MIGRATIONS: list[str] = [
                           due REAL NOT NULL);
     CREATE INDEX orphans_due ON orphans (due);
     """,
+    # 1 -> 2: ACLs, tags, version ids; bucket configuration documents, users, lifecycle runs
+    """
+    ALTER TABLE buckets ADD COLUMN acl TEXT;
+    ALTER TABLE objects ADD COLUMN tags TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE objects ADD COLUMN acl TEXT;
+    ALTER TABLE objects ADD COLUMN version_id TEXT NOT NULL DEFAULT 'null';
+    CREATE TABLE bucket_configs (bucket TEXT NOT NULL, kind TEXT NOT NULL, doc TEXT NOT NULL,
+                                 PRIMARY KEY (bucket, kind)) WITHOUT ROWID;
+    CREATE TABLE users (access_key TEXT PRIMARY KEY, secret TEXT NOT NULL,
+                        canonical_id TEXT NOT NULL, display_name TEXT NOT NULL,
+                        created REAL NOT NULL);
+    CREATE TABLE lifecycle_runs (bucket TEXT PRIMARY KEY, done_day INTEGER NOT NULL,
+                                 run_day INTEGER NOT NULL, marker TEXT NOT NULL,
+                                 worker TEXT NOT NULL, lease_until REAL NOT NULL);
+    """,
 ]
 
 
@@ -77,7 +94,16 @@ PARTS_CACHE_BYTES = 16 * 1024 * 1024
 _k, _s = key_bytes, key_str
 
 
-class SqliteStore(PendingMethods, MetadataStore):
+def _js(v: Any) -> str | None:
+    """JSON text of an optional column (None stays NULL)."""
+    return None if v is None else json.dumps(v)
+
+
+def _bk(row: tuple) -> BucketRecord:
+    return BucketRecord(row[0], row[1], row[2], row[3], json.loads(row[4]) if row[4] else None)
+
+
+class SqliteStore(SqliteExtras, SqliteVersions, PendingMethods, MetadataStore):
     def __init__(self, path: str | Path, *, free_delay: float = 0.0) -> None:
         self.path = str(path)
         # Seconds between an object's data being replaced or deleted and its fragments
@@ -170,26 +196,26 @@ class SqliteStore(PendingMethods, MetadataStore):
             existing = self._bucket(c, rec.name)
             if existing:
                 return existing
-            c.execute("INSERT INTO buckets VALUES (?,?,?,?)",
-                      (rec.name, rec.owner, rec.created, rec.region))
+            c.execute("INSERT INTO buckets (name, owner, created, region, acl) VALUES (?,?,?,?,?)",
+                      (rec.name, rec.owner, rec.created, rec.region, _js(rec.acl)))
         return None
 
     @staticmethod
     def _bucket(c: sqlite3.Connection, name: str) -> BucketRecord | None:
-        row = c.execute("SELECT name, owner, created, region FROM buckets WHERE name=?",
+        row = c.execute("SELECT name, owner, created, region, acl FROM buckets WHERE name=?",
                         (name,)).fetchone()
-        return BucketRecord(*row) if row else None
+        return _bk(row) if row else None
 
     def _get_bucket(self, name: str) -> BucketRecord | None:
         return self._bucket(self._conn(), name)
 
     def _list_buckets(self, owner: str | None = None) -> list[BucketRecord]:
-        q = "SELECT name, owner, created, region FROM buckets"
+        q = "SELECT name, owner, created, region, acl FROM buckets"
         args: tuple = ()
         if owner is not None:
             q += " WHERE owner=?"
             args = (owner,)
-        return [BucketRecord(*r) for r in self._conn().execute(q + " ORDER BY name", args)]
+        return [_bk(r) for r in self._conn().execute(q + " ORDER BY name", args)]
 
     def _delete_bucket(self, name: str) -> bool:
         with self._tx() as c:
@@ -205,14 +231,16 @@ class SqliteStore(PendingMethods, MetadataStore):
                 self._queue(c, lays, time.time())
                 c.execute("DELETE FROM parts WHERE upload_id=?", (up,))
             c.execute("DELETE FROM uploads WHERE bucket=?", (name,))
+            c.execute("DELETE FROM bucket_configs WHERE bucket=?", (name,))
+            c.execute("DELETE FROM lifecycle_runs WHERE bucket=?", (name,))
             return c.execute("DELETE FROM buckets WHERE name=?", (name,)).rowcount > 0
 
     # -- objects --------------------------------------------------------------------------
     _OBJ_COLS = ("bucket, key, size, etag, last_modified, owner, version, headers, user_meta, "
-                 "checksum, parts, manifest")
+                 "checksum, parts, manifest, tags, acl, version_id")
 
     _LIST_COLS = ("bucket, key, size, etag, last_modified, owner, version, '{}', '{}', "
-                  "checksum, '[]', NULL")
+                  "checksum, '[]', NULL, '{}', NULL, version_id")
 
     @staticmethod
     def _obj(row: tuple, parts: list[dict[str, Any]] | None = None) -> ObjectRecord:
@@ -221,7 +249,8 @@ class SqliteStore(PendingMethods, MetadataStore):
             owner=row[5], version=row[6], headers=json.loads(row[7]),
             user_meta=json.loads(row[8]), checksum=json.loads(row[9]),
             parts=json.loads(row[10]) if parts is None else parts,
-            manifest=json.loads(row[11]) if row[11] else None)
+            manifest=json.loads(row[11]) if row[11] else None, tags=json.loads(row[12]),
+            acl=json.loads(row[13]) if row[13] else None, version_id=row[14])
 
     def _get_obj(self, c: sqlite3.Connection, bucket: str, key: str) -> ObjectRecord | None:
         row = c.execute(f"SELECT {self._OBJ_COLS} FROM objects WHERE bucket=? AND key=?",
@@ -277,11 +306,12 @@ class SqliteStore(PendingMethods, MetadataStore):
             self._require_bucket(c, rec.bucket)
             self._release(c, release)
             c.execute(f"INSERT OR REPLACE INTO objects ({self._OBJ_COLS}) "
-                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                       (rec.bucket, _k(rec.key), rec.size, rec.etag, rec.last_modified, rec.owner,
                        rec.version, json.dumps(rec.headers), json.dumps(rec.user_meta),
                        json.dumps(rec.checksum), json.dumps(rec.parts),
-                       json.dumps(rec.manifest) if rec.manifest else None))
+                       json.dumps(rec.manifest) if rec.manifest else None,
+                       json.dumps(rec.tags), _js(rec.acl), rec.version_id))
             keep = {json.dumps(lay, sort_keys=True) for lay in rec.layouts()}
             freed: list[dict] = []
             if old is not None:

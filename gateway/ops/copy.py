@@ -15,6 +15,8 @@ from gateway import checksums
 from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
 from gateway.numbers import parse_uint, shown
+from gateway.ops.access import authorize_source
+from gateway.ops.acl_ops import new_object_acl
 from gateway.ops.common import (
     MAX_PART_SIZE,
     S3_NS,
@@ -62,8 +64,7 @@ async def resolve_copy_source(req: S3Request) -> ObjectRecord:
     b = await req.gw.store.get_bucket(bucket)
     if b is None:
         raise S3Error("NoSuchBucket", BucketName=bucket, resource="/" + bucket)
-    if b.owner != req.user:
-        raise S3Error("AccessDenied")
+    await authorize_source(req, b, key)
     src = await req.gw.store.get_object(bucket, key)
     if src is None:
         raise S3Error("NoSuchKey", Key=key, resource=f"/{bucket}/{key}")
@@ -114,9 +115,11 @@ async def copy_object(req: S3Request) -> Response:
         algo = requested_checksum_algorithm(algo)
     else:
         algo = src.checksum.get("algorithm", "") if src.checksum.get("type") != "COMPOSITE" else ""
+    owner, grants = await new_object_acl(req)
     if_absent, if_version = await put_conditions(req)
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
-                       owner=req.user, version=new_version(), headers=headers, user_meta=meta)
+                       owner=owner, version=new_version(), headers=headers, user_meta=meta,
+                       acl=grants)
     body = CopyBody(req.gw.storage.read(src.parts, 0, src.size), src.size, algo)
     mark = await write_single(req, rec, body)
     await store_object(req, rec, [mark], if_absent=if_absent, if_version=if_version)

@@ -17,6 +17,8 @@ from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
 from gateway.metadata.store import NoSuchBucketError
 from gateway.numbers import parse_uint, shown
+from gateway.ops import access
+from gateway.ops.acl_ops import new_object_acl
 from gateway.ops.common import (
     MAX_DELETE_KEYS,
     MAX_PART_SIZE,
@@ -243,13 +245,15 @@ async def put_object(req: S3Request) -> Response:
     check_key(req.key)
     headers = stored_headers(req)
     meta = user_metadata(req)
+    owner, grants = await new_object_acl(req)
     if_absent, if_version = await put_conditions(req)
     body = request_body(req, max_size=MAX_PART_SIZE)
     if body.expected_size is None and "chunked" not in \
             req.headers.get("transfer-encoding", "").lower():
         raise S3Error("MissingContentLength")
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
-                       owner=req.user, version=new_version(), headers=headers, user_meta=meta)
+                       owner=owner, version=new_version(), headers=headers, user_meta=meta,
+                       acl=grants)
     if body.expected_size is None:
         marks = await write_streamed(req, rec, body)
     else:
@@ -439,7 +443,7 @@ async def delete_object(req: S3Request) -> Response:
 
 
 async def delete_objects(req: S3Request) -> Response:
-    await require_bucket(req)
+    bucket = await require_bucket(req)
     root = parse_xml(await read_small_body(req))
     if root.tag != "Delete":
         raise S3Error("MalformedXML")
@@ -464,6 +468,8 @@ async def delete_objects(req: S3Request) -> Response:
                 check_key(key)
             except S3Error as e:
                 err = e
+        if err is None and not await access.check_key(req, bucket, "DeleteObject", key):
+            err = S3Error("AccessDenied")
         results.append((key, vxml, err))
     todo = [key for key, _, err in results if err is None]
     freed = any(r is not None for r in await req.gw.store.delete_objects(req.bucket, todo)) \

@@ -53,13 +53,14 @@ class UserDirectory:
         if len(self._cache) > 10000:
             self._cache = {k: v for k, v in self._cache.items() if v[1] > now}
 
-    async def ids(self) -> dict[str, str]:
-        """Every user's canonical id -> name (config and store)."""
-        if self._names is None or self._names[1] <= time.monotonic():
+    async def ids(self, fresh: bool = False) -> dict[str, str]:
+        """Every user's canonical id -> name (config and store); `fresh`: read the store now
+        (documents naming users are validated against the current list)."""
+        if fresh or self._names is None or self._names[1] <= time.monotonic():
             names = set(self.static_names)
             names.update(u.display_name for u in await self.store.list_users())
             self._names = ({canonical_id(n): n for n in names}, time.monotonic() + TTL)
         return self._names[0]
 
-    async def known_names(self) -> set[str]:
-        return set((await self.ids()).values())
+    async def known_names(self, fresh: bool = False) -> set[str]:
+        return set((await self.ids(fresh)).values())

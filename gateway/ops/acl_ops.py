@@ -28,7 +28,13 @@ def _has_acl_headers(req: S3Request) -> bool:
 
 
 async def _ids(req: S3Request) -> dict[str, str]:
-    return await req.gw.directory.ids()
+    # Fresh when the request names grantees: a user added a moment ago must resolve.
+    return await req.gw.directory.ids(fresh=_names_grantees(req))
+
+
+def _names_grantees(req: S3Request) -> bool:
+    return req.method == "PUT" and (any(req.headers.get(h) is not None
+                                        for h in acl.GRANT_HEADERS) or "acl" in req.query)
 
 
 def _not_supported() -> S3Error:

@@ -28,7 +28,7 @@ from gateway import auth
 from gateway.errors import S3Error, error_xml
 from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
 from gateway.ops import acl_ops, buckets, copy, listing, multipart, objects, policy_ops, service
-from gateway.ops.access import action_for
+from gateway.ops.access import action_for, hide_missing
 from gateway.ops.common import S3Request, new_request_id
 from gateway.storage import Storage
 from gateway.users import UserDirectory
@@ -345,6 +345,7 @@ def create_app(config_path_or_config: Any) -> Starlette:
         rid = new_request_id()
         REQUEST_ID.set(rid)  # every log line while serving this request names it
         resource = "/"
+        req: S3Request | None = None
         try:
             target = request_target(gw, request)
             bucket, key = target.bucket, target.key
@@ -355,6 +356,11 @@ def create_app(config_path_or_config: Any) -> Starlette:
             req.extra["action"] = action_for(req, handler)
             resp = await handler(req)
         except S3Error as e:
+            if e.code == "NoSuchKey" and req is not None:
+                try:
+                    e = await hide_missing(req, e)
+                except S3Error as e2:  # the store failed: say so rather than guess
+                    e = e2
             resp = error_response(e, rid, request.method, resource)
             if await _drain(request):
                 resp.headers["Connection"] = "close"

@@ -102,6 +102,12 @@ def test_a_policy_gives_a_second_user_read_only_access(alice, bob):
     assert bob.get_object(Bucket="bobs", Key="c")["Body"].read() == b"run1/step-1"
     assert denied(bob.copy_object, Bucket="bobs", Key="d",
                   CopySource={"Bucket": "ckpt", "Key": "secret/key"}) == "AccessDenied"
+    # Without s3:ListBucket a missing key is AccessDenied (which keys exist is not told).
+    alice.put_bucket_policy(Bucket="ckpt", Policy=policy(
+        {"Effect": "Allow", "Principal": {"AWS": [bob_arn()]}, "Action": "s3:GetObject",
+         "Resource": "arn:aws:s3:::ckpt/*"}))
+    assert denied(bob.get_object, Bucket="ckpt", Key="run1/none") == "AccessDenied"
+    assert denied(alice.get_object, Bucket="ckpt", Key="run1/none") == "NoSuchKey"
     # ListBuckets still lists one's own buckets only.
     assert [b["Name"] for b in bob.list_buckets()["Buckets"]] == ["bobs"]
     # The owner is not bound by the Allow (nor locked out); deleting the policy ends bob's access.
@@ -152,6 +158,7 @@ def test_anonymous_reads_a_public_dataset_with_boto3_s3fs_and_curl(gw, alice, an
     r = anon.get_object(Bucket="dataset", Key="tokens/shard-000.bin", Range="bytes=256-511")
     assert r["Body"].read() == shard[256:512] and r["ContentRange"] == "bytes 256-511/16384"
     assert anon.head_object(Bucket="dataset", Key="tokens/shard-001.bin")["ContentLength"] == 10
+    assert denied(anon.get_object, Bucket="dataset", Key="tokens/none") == "NoSuchKey"
     assert denied(anon.put_object, Bucket="dataset", Key="evil", Body=b"x") == "AccessDenied"
     assert denied(anon.delete_object, Bucket="dataset", Key="tokens/shard-001.bin") == \
         "AccessDenied"

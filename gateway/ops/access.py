@@ -203,6 +203,18 @@ async def check_key(req: S3Request, b: BucketRecord, action: str, key: str) -> b
     return (await check(req, b, action, key, access)).allowed
 
 
+async def hide_missing(req: S3Request, err: S3Error) -> S3Error:
+    """As S3: a missing key is NoSuchKey only to those who may list the bucket; anyone else
+    learns nothing about which keys exist (AccessDenied)."""
+    access: BucketAccess | None = req.extra.get("access")
+    if access is None or (req.user and req.user == access.owner):
+        return err
+    b = BucketRecord(access.name, access.owner, 0.0)
+    if (await check(req, b, "ListBucket", None, access)).allowed:
+        return err
+    return S3Error("AccessDenied")
+
+
 async def authorize_source(req: S3Request, b: BucketRecord, key: str) -> None:
     """A copy's source: the requester must be allowed to read it (s3:GetObject)."""
     access = await bucket_access(req, b)

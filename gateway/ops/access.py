@@ -200,6 +200,8 @@ async def authorize(req: S3Request, b: BucketRecord, action: str | None = None,
 async def check_key(req: S3Request, b: BucketRecord, action: str, key: str) -> bool:
     """Whether the request may do an object action on one more key (DeleteObjects)."""
     access = req.extra.get("access") or await bucket_access(req, b)
+    if access.policy is None and req.user and req.user == access.owner:
+        return True  # no policy: nothing can deny the owner a key write
     return (await check(req, b, action, key, access)).allowed
 
 

@@ -345,3 +345,79 @@ def test_anonymous_is_allowed_only_through_a_public_grant(data: st.DataObject) -
                    PublicAccessBlock())
     assume(got is not None)
     assert got is False
+
+
+# ---- operators the model does not draw ----------------------------------------------------
+
+def _one(condition: dict, ctx: dict, who: str | None = "bob", action: str = "GetObject",
+         key: str = "bob/f") -> bool:
+    doc = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": "*", "Action": "s3:*",
+         "Resource": ["arn:aws:s3:::data", "arn:aws:s3:::data/*"], "Condition": condition}]}
+    b = BucketAccess(BUCKET, OWNER, (), parse_policy(json.dumps(doc), BUCKET))
+    return decide(Requester(who), action, b, key, ctx).allowed
+
+
+def test_set_operators_dates_numbers_and_variables():
+    tags = {"s3:requestobjecttagkeys": ["team", "run"]}
+    assert _one({"ForAllValues:StringEquals": {"s3:RequestObjectTagKeys": ["team", "run",
+                                                                             "x"]}}, tags)
+    assert not _one({"ForAllValues:StringEquals": {"s3:RequestObjectTagKeys": ["team"]}}, tags)
+    assert _one({"ForAllValues:StringEquals": {"s3:RequestObjectTagKeys": ["team"]}}, {})
+    assert _one({"ForAnyValue:StringLike": {"s3:RequestObjectTagKeys": ["ru?"]}}, tags)
+    assert not _one({"ForAnyValue:StringEquals": {"s3:RequestObjectTagKeys": ["z"]}}, {})
+    now = {"aws:currenttime": ["2026-06-01T00:00:00Z"], "aws:epochtime": ["1780272000"]}
+    assert _one({"DateLessThan": {"aws:CurrentTime": "2027-01-01T00:00:00Z"}}, now)
+    assert not _one({"DateGreaterThan": {"aws:CurrentTime": "2027-01-01T00:00:00Z"}}, now)
+    assert _one({"DateGreaterThanEquals": {"aws:EpochTime": "1780272000"}}, now)
+    assert _one({"NumericGreaterThanEquals": {"s3:max-keys": "10"}}, {"s3:max-keys": ["10"]})
+    assert not _one({"NumericEquals": {"s3:max-keys": "10"}}, {"s3:max-keys": ["ten"]})
+    assert _one({"StringEqualsIgnoreCase": {"aws:username": "BOB"}}, {"aws:username": ["bob"]})
+    # ${aws:username} in a condition value, and in a resource.
+    assert _one({"StringLike": {"s3:prefix": "home/${aws:username}/*"}},
+                {"aws:username": ["bob"], "s3:prefix": ["home/bob/x"]}, action="ListBucket")
+    assert not _one({"StringLike": {"s3:prefix": "home/${aws:username}/*"}},
+                    {"s3:prefix": ["home/bob/x"]}, who=None, action="ListBucket")
+    # Null, IfExists, and a missing key under a negated operator.
+    assert _one({"Null": {"s3:x-amz-acl": "true"}}, {})
+    assert _one({"StringEqualsIfExists": {"s3:x-amz-acl": "private"}}, {})
+    assert not _one({"StringEqualsIfExists": {"s3:x-amz-acl": "private"}},
+                    {"s3:x-amz-acl": ["public-read"]})
+    assert _one({"StringNotEquals": {"s3:x-amz-acl": "public-read"}}, {})
+
+
+def test_not_principal_and_ownership_of_missing_objects():
+    doc = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Deny", "NotPrincipal": {"AWS": "arn:aws:iam::000000000000:user/alice"},
+         "Action": "s3:*", "Resource": "arn:aws:s3:::data/*"}]}
+    b = BucketAccess(BUCKET, "carol", (), parse_policy(json.dumps(doc), BUCKET),
+                     "ObjectWriter")
+    assert decide(Requester("carol"), "PutObject", b, "k", {}) is Decision.DENY
+    assert decide(Requester("alice"), "PutObject", b, "k", {}) is Decision.IMPLICIT_DENY
+    # With ACLs on, reading asks for the object; the writer owns what it wrote.
+    assert decide(Requester("carol"), "GetObject", b, "k", {"aws:username": ["carol"]}) is \
+        Decision.DENY
+    b2 = BucketAccess(BUCKET, "carol", (), None, "ObjectWriter")
+    assert decide(Requester("carol"), "GetObject", b2, "k", {}) is Decision.NEED_OBJECT
+    assert decide(Requester("carol"), "GetObject", b2, "k", {},
+                  ObjectAccess("bob")) is Decision.IMPLICIT_DENY
+    assert decide(Requester("bob"), "GetObject", b2, "k", {},
+                  ObjectAccess("bob")) is Decision.ALLOW
+    assert decide(Requester("carol"), "DeleteObject", b2, "k", {}) is Decision.ALLOW
+
+
+def test_public_policy_rules():
+    def public(cond: dict | None, principal: object = "*") -> bool:
+        st_ = {"Effect": "Allow", "Principal": principal, "Action": "s3:GetObject",
+               "Resource": "arn:aws:s3:::data/*"}
+        if cond:
+            st_["Condition"] = cond
+        return parse_policy(json.dumps({"Version": "2012-10-17", "Statement": [st_]}),
+                            BUCKET).is_public()
+    assert public(None)
+    assert public(None, {"AWS": "*"})
+    assert not public(None, {"AWS": "arn:aws:iam::000000000000:user/bob"})
+    assert not public({"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}})
+    assert public({"IpAddress": {"aws:SourceIp": "0.0.0.0/1"}})
+    assert public({"StringLike": {"aws:username": "*"}})
+    assert public({"StringEquals": {"s3:prefix": "a/"}})

@@ -314,7 +314,9 @@ BAD_POLICIES = [
     (policy({**PUBLIC_READ, "Action": "s3:GetObject", "Resource": "arn:aws:s3:::dataset"}),
      "does not apply"),
     (policy({**PUBLIC_READ, "Bogus": 1}), "Unknown field"),
-    (policy(PUBLIC_READ, PUBLIC_READ), "unique"),
+    (policy({**PUBLIC_READ, "Sid": "A"}, {**PUBLIC_READ, "Sid": "A"}), "unique"),
+    (policy({**PUBLIC_READ, "Resource": [f"arn:aws:s3:::dataset/{i:0100d}" for i in range(250)]}),
+     "smaller than 20 KB"),
 ]
 
 

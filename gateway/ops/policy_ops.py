@@ -40,7 +40,7 @@ async def get_policy(req: S3Request) -> Response:
 
 async def put_policy(req: S3Request) -> Response:
     await require_bucket(req)
-    body = await read_small_body(req, MAX_POLICY_BYTES + 1)
+    body = await read_small_body(req, 4 * MAX_POLICY_BYTES)  # past 20 KB: MalformedPolicy
     names = await req.gw.directory.known_names(fresh=True)
     policy = parse_policy(body, req.bucket, names.__contains__)
     pab = req.extra["access"].pab

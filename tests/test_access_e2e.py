@@ -113,7 +113,7 @@ def test_a_policy_gives_a_second_user_read_only_access(alice, bob):
     # The owner is not bound by the Allow (nor locked out); deleting the policy ends bob's access.
     assert alice.get_object(Bucket="ckpt", Key="secret/key")["Body"].read() == b"secret/key"
     assert json.loads(alice.get_bucket_policy(Bucket="ckpt")["Policy"])["Statement"][0][
-        "Sid"] == "EvalRead"
+        "Action"] == "s3:GetObject"
     assert alice.get_bucket_policy_status(Bucket="ckpt")["PolicyStatus"]["IsPublic"] is False
     alice.delete_bucket_policy(Bucket="ckpt")
     assert denied(bob.get_object, Bucket="ckpt", Key="run1/step-2") == "AccessDenied"
@@ -174,6 +174,21 @@ def test_anonymous_reads_a_public_dataset_with_boto3_s3fs_and_curl(gw, alice, an
                           f"{gw.endpoint}/dataset/tokens/nope"], capture_output=True,
                          check=True).stdout
     assert out.endswith(b"\n404") and b"NoSuchKey" in out
+    # The AWS CLI, --no-sign-request.
+    import os
+    from pathlib import Path
+    aws = str(Path(sys.executable).with_name("aws"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({"AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null",
+                "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "NO_PROXY": "*"})
+    cli = [aws, "--endpoint-url", gw.endpoint, "--no-sign-request", "s3"]
+    ls = subprocess.run([*cli, "ls", "s3://dataset/tokens/"], env=env, capture_output=True,
+                        text=True, timeout=120)
+    assert ls.returncode == 0, ls.stderr
+    assert "shard-000.bin" in ls.stdout and "shard-001.bin" in ls.stdout
+    cp = subprocess.run([*cli, "cp", "s3://dataset/tokens/shard-001.bin", "-"], env=env,
+                        capture_output=True, timeout=120)
+    assert cp.returncode == 0 and cp.stdout == b"x" * 10, cp.stderr
     # s3fs anon=True, as a data loader would read it.
     import s3fs
     fs = s3fs.S3FileSystem(anon=True, use_listings_cache=False, skip_instance_cache=True,

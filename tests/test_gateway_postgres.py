@@ -33,7 +33,7 @@ from gateway.metadata import (
     open_store,
     postgres,
 )
-from gateway.metadata.store import UserRecord
+from gateway.metadata.store import UserRecord, VersionRecord
 from tests.gwcluster import Gateway, archive_ids, wait_for
 from tests.pgserver import PASSWORD, PgServer, free_port, skip_reason
 
@@ -303,6 +303,10 @@ async def _fill_sqlite(path: Path) -> None:
     await s.put_bucket_config("moved", "lifecycle", '{"rules": []}')
     await s.put_bucket_acl("moved", [{"grantee": {"id": "bob"}, "permission": "READ"}])
     await s.put_object_tags("moved", "a", None, {"t": "1"})
+    await s.put_object(ObjectRecord("moved", "a", 3, "e3", 9.5, "alice", "v10", version_id="V10"),
+                       versioning="enabled")
+    await s.put_delete_marker(VersionRecord("moved", "é", 0, "", 9.6, "alice", "v11",
+                                            version_id="M11"), "enabled")
     await s.add_user(UserRecord("AKX", "sk", "cid", "X", 1.0))
     await s.close()
 
@@ -319,6 +323,7 @@ async def _dump(target: str, password_file: str | None) -> dict:
             "parts": await s.list_parts("up1"),
             "orphans": sorted(e.layout["part_uid"] for e in await s.claim_orphans(100)),
             "configs": await s.bucket_configs("moved"),
+            "versions": (await s.list_versions("moved", "", "", "", "", 100)).items,
             "users": await s.list_users(),
             "lifecycle": await s.lifecycle_claim("w", 1, 60.0),
         }
@@ -333,10 +338,10 @@ def test_metadata_copy_sqlite_to_postgres(pg: PgServer, tmp_path: Path) -> None:
     r = zonegate("metadata", "copy", "--from", str(src), "--to", url,
                  env={"PGPASSWORD": PASSWORD})
     assert r.returncode == 0, r.stderr
-    assert "4 objects" in r.stdout and "1 uploads" in r.stdout
+    assert "3 objects" in r.stdout and "1 uploads" in r.stdout
     want = asyncio.run(_dump(str(src), None))
     assert want["orphans"] == ["v0.p1"]
-    assert want["configs"] and want["users"] and want["lifecycle"]
+    assert want["configs"] and want["users"] and want["lifecycle"] and len(want["versions"]) == 6
     assert asyncio.run(_dump(url, str(pg.password_file))) == want
     # a second copy into the same database is refused, nothing changes
     r = zonegate("metadata", "copy", "--from", str(src), "--to", url, "--password-file",

@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from gateway.metadata import BucketRecord, ObjectRecord, PartRecord, UploadRecord, open_store
 from gateway.metadata.postgres import PostgresStore
 from gateway.metadata.sqlite import SqliteStore
-from gateway.metadata.store import CONFIG_KINDS, UserRecord
+from gateway.metadata.store import CONFIG_KINDS, DeleteItem, UserRecord, VersionRecord
 from tests import storebackends
 
 pg_server = storebackends.pg_server
@@ -48,6 +48,7 @@ access_keys = st.sampled_from(["AK1", "AK2", "AKé"])
 workers = st.sampled_from(["w1", "w2"])
 days = st.integers(0, 3)
 leases = st.sampled_from([0.0, 10_000.0])
+versionings = st.sampled_from(["off", "enabled", "suspended"])
 
 
 class Env:
@@ -74,8 +75,13 @@ def plain(v: Any) -> Any:
     return v
 
 
-class SameAnswers(RuleBasedStateMachine):
+class Base(RuleBasedStateMachine):
+    """Both stores side by side; every answer compared."""
+
     env: Env
+    KEYS: st.SearchStrategy[str] = keys
+    BUCKETS: st.SearchStrategy[str] = buckets
+    PREFIXES: st.SearchStrategy[str] = prefixes
     counter = itertools.count()
 
     @initialize()
@@ -83,16 +89,22 @@ class SameAnswers(RuleBasedStateMachine):
         env = self.env
         env.loop.run_until_complete(env.pg._p().execute(
             "TRUNCATE buckets, objects, uploads, parts, orphans, bucket_configs, users, "
-            "lifecycle_runs RESTART IDENTITY"))
+            "lifecycle_runs, versions RESTART IDENTITY"))
         self.sqlite = SqliteStore(env.tmp / f"m{next(self.counter)}.sqlite")
         self.versions: list[str] = ["v-none"]
         self.version_ids: list[str] = ["null", "vid-none"]
+        # (bucket, key, version id) of every version written, markers included
+        self.written: list[tuple[str, str, str]] = [("b1", "a", "vid-none")]
         self.uploads: list[str] = ["u-none"]
         # orphan id on SQLite -> id on PostgreSQL (ids need not agree, only what they name)
         self.claimed: dict[int, int] = {}
+        # a bucket to start with: most steps then reach past the bucket checks
+        self.same(lambda s: s.create_bucket(BucketRecord("b1", "alice", 1.0)))
 
     def teardown(self) -> None:
-        self.env.loop.run_until_complete(self.sqlite.close())
+        if hasattr(self, "sqlite"):
+            assert queued(self.sqlite, self.env.loop) == queued(self.env.pg, self.env.loop)
+            self.env.loop.run_until_complete(self.sqlite.close())
 
     def both(self, call: Any) -> tuple[Any, Any]:
         a = outcome(call(self.sqlite), self.env.loop)
@@ -108,6 +120,145 @@ class SameAnswers(RuleBasedStateMachine):
         v = f"v{next(self.counter)}"
         self.versions.append(v)
         return v
+
+class VersionRules(Base):
+    """Versions, delete markers, tags and ACLs."""
+
+    def new_version_id(self, bucket: str, key: str, versioning: str) -> str:
+        vid = f"vid{next(self.counter):05d}" if versioning == "enabled" else "null"
+        self.version_ids.append(vid)
+        self.written.append((bucket, key, vid))
+        return vid
+
+    def some_version(self, data: st.DataObject) -> tuple[str, str, str]:
+        return data.draw(st.sampled_from(self.written))
+
+    @rule(data=st.data(), n=st.integers(1, 5), tags=tag_sets, acl=acls)
+    def put_several_versions(self, data: st.DataObject, n: int, tags: dict[str, str],
+                             acl: Any) -> None:
+        """A few versions of one key in a row (the other rules reach a key again rarely)."""
+        bucket, key = data.draw(self.BUCKETS), data.draw(self.KEYS)
+        for _ in range(n):
+            versioning = data.draw(st.sampled_from(["enabled", "enabled", "off", "suspended"]))
+            v = self.new_version()
+            rec = ObjectRecord(bucket, key, 1, f"etag-{v}", 2.5, "bob", v,
+                               parts=[{"number": 1, "size": 1, "etag": "e",
+                                       "layout": {"part_uid": f"{v}.p1"}}], tags=tags, acl=acl,
+                               version_id=self.new_version_id(bucket, key, versioning))
+            self.same(lambda s, r=rec, vs=versioning: s.put_object(r, versioning=vs))
+
+    @rule(data=st.data())
+    def get_version(self, data: st.DataObject) -> None:
+        bucket, key, vid = self.some_version(data)
+        self.same(lambda s: s.get_object(bucket, key, vid))
+        self.same(lambda s: s.head_version(bucket, key))
+
+    @rule(data=st.data())
+    def delete_version(self, data: st.DataObject) -> None:
+        bucket, key, vid = self.some_version(data)
+        self.same(lambda s: s.delete_version(bucket, key, vid))
+        self.same_current(bucket, key)
+
+    def same_current(self, bucket: str, key: str) -> None:
+        self.same(lambda s: s.get_object(bucket, key))
+        self.same(lambda s: s.head_version(bucket, key))
+
+    def marker(self, bucket: str, key: str, versioning: str, when: float,
+               with_layout: bool) -> VersionRecord:
+        vid = self.new_version_id(bucket, key, versioning)
+        w = self.new_version()
+        return VersionRecord(bucket, key, 7, "ignored", when, "bob", w, version_id=vid,
+                             manifest={"part_uid": f"dm:{w}"} if with_layout else None)
+
+    @rule(data=st.data(), versioning=versionings, when=times, with_layout=st.booleans())
+    def put_delete_marker(self, data: st.DataObject, versioning: str, when: float,
+                          with_layout: bool) -> None:
+        bucket, key, _ = self.some_version(data)
+        m = self.marker(bucket, key, versioning, when, with_layout)
+        self.same(lambda s: s.put_delete_marker(m, versioning))
+        self.same_current(bucket, key)
+
+    @rule(versioning=versionings, data=st.data())
+    def delete_many(self, versioning: str, data: st.DataObject) -> None:
+        bucket = data.draw(self.BUCKETS)
+        items = []
+        for _ in range(data.draw(st.integers(0, 4))):
+            kind = data.draw(st.sampled_from(["current", "version", "marker"]))
+            _, key, vid = self.some_version(data)
+            if kind == "current":
+                items.append(DeleteItem(key))
+            elif kind == "version":
+                items.append(DeleteItem(key, vid))
+            else:
+                m = self.marker(bucket, key, versioning, 1.0, True)
+                items.append(DeleteItem(key, marker=m))
+        self.same(lambda s: s.delete_many(bucket, items, versioning))
+        for it in items:
+            self.same_current(bucket, it.key)
+
+    @rule(delimiter=delimiters, data=st.data(), limit=st.integers(0, 5))
+    def list_versions(self, delimiter: str, data: st.DataObject, limit: int) -> None:
+        bucket, prefix = data.draw(self.BUCKETS), data.draw(self.PREFIXES)
+        key_marker = data.draw(st.just("") | keys | st.sampled_from([w[1] for w in self.written]))
+        vid_marker = data.draw(st.just("") | st.sampled_from(self.version_ids))
+        page = self.same(lambda s: s.list_versions(bucket, prefix, delimiter, key_marker,
+                                                   vid_marker, limit))
+        got = [v.key for v in page.items]
+        assert got == sorted(got, key=lambda k: k.encode())
+
+    @rule(delimiter=delimiters, limit=st.integers(1, 3), data=st.data())
+    def list_all_version_pages(self, delimiter: str, limit: int, data: st.DataObject) -> None:
+        """Following the key and version id markers visits what one big page holds, in
+        order; each key's first version is its latest; the current objects are the keys
+        whose latest version is no marker."""
+        bucket, prefix = data.draw(self.BUCKETS), data.draw(self.PREFIXES)
+        whole = self.same(lambda s: s.list_versions(bucket, prefix, delimiter, "", "", 1000))
+        seen: list[Any] = []
+        km = vm = ""
+        for _ in range(200):
+            page = self.same(lambda s, a=km, b=vm: s.list_versions(bucket, prefix, delimiter,
+                                                                    a, b, limit))
+            seen += [(v.key, v.version_id, v.is_latest) for v in page.items] + page.prefixes
+            if not page.truncated:
+                break
+            km, vm = page.next_marker, page.next_version_marker or ""
+        items = [(v.key, v.version_id, v.is_latest) for v in whole.items]
+        assert sorted(seen, key=str) == sorted(items + whole.prefixes, key=str)
+        firsts = [i for i, v in enumerate(whole.items)
+                  if i == 0 or whole.items[i - 1].key != v.key]
+        assert [i for i, v in enumerate(whole.items) if v.is_latest] == firsts
+        objs = self.same(lambda s: s.list_objects(bucket, prefix, delimiter, "", 1000))
+        assert [o.key for o in objs.items] == [v.key for v in whole.items
+                                               if v.is_latest and not v.delete_marker]
+
+    @rule(data=st.data())
+    def put_versions_again(self, data: st.DataObject) -> None:
+        """(the same as put_several_versions: puts as often as the deletes)"""
+        self.put_several_versions(data, data.draw(st.integers(1, 5)), data.draw(tag_sets),
+                                  data.draw(acls))
+
+    @rule(data=st.data())
+    def delete_current(self, data: st.DataObject) -> None:
+        bucket, key = data.draw(self.BUCKETS), data.draw(self.KEYS)
+        self.same(lambda s: s.delete_object(bucket, key))
+        self.same(lambda s: s.get_object(bucket, key))
+
+    @rule(tags=tag_sets, data=st.data())
+    def put_object_tags(self, tags: dict[str, str], data: st.DataObject) -> None:
+        bucket, key = data.draw(self.BUCKETS), data.draw(self.KEYS)
+        vid = data.draw(st.none() | st.sampled_from(self.version_ids))
+        self.same(lambda s: s.put_object_tags(bucket, key, vid, tags))
+        self.same(lambda s: s.get_object(bucket, key, vid))
+
+    @rule(acl=acls, data=st.data())
+    def put_object_acl(self, acl: Any, data: st.DataObject) -> None:
+        bucket, key = data.draw(self.BUCKETS), data.draw(self.KEYS)
+        vid = data.draw(st.none() | st.sampled_from(self.version_ids))
+        self.same(lambda s: s.put_object_acl(bucket, key, vid, acl))
+
+
+class SameAnswers(VersionRules):
+    """Every method."""
 
     # -- buckets ------------------------------------------------------------------------
     @rule(name=buckets, owner=owners, created=times)
@@ -128,9 +279,12 @@ class SameAnswers(RuleBasedStateMachine):
 
     # -- objects ------------------------------------------------------------------------
     @rule(bucket=buckets, key=keys, size=st.integers(0, 1 << 40), when=times,
-          mode=st.sampled_from(["plain", "absent", "version"]), data=st.data())
+          mode=st.sampled_from(["plain", "absent", "version"]), versioning=versionings,
+          data=st.data())
     def put_object(self, bucket: str, key: str, size: int, when: float, mode: str,
-                   data: st.DataObject) -> None:
+                   versioning: str, data: st.DataObject) -> None:
+        if data.draw(st.booleans()) and self.written:  # often a key that has versions
+            bucket, key, _ = self.some_version(data)
         v = self.new_version()
         rec = ObjectRecord(bucket, key, size, f"etag-{v}", when, "alice", v,
                            headers={"Content-Type": "text/plain"}, user_meta={"m": key},
@@ -138,13 +292,14 @@ class SameAnswers(RuleBasedStateMachine):
                                      "type": "FULL_OBJECT"},
                            parts=[{"number": 1, "size": size, "etag": "e",
                                    "layout": {"part_uid": f"{v}.p1", "placement": {"0": "n1"}}}],
-                           tags=data.draw(tag_sets), acl=data.draw(acls))
+                           tags=data.draw(tag_sets), acl=data.draw(acls),
+                           version_id=self.new_version_id(bucket, key, versioning))
         kw: dict[str, Any] = {}
         if mode == "absent":
             kw["if_absent"] = True
         elif mode == "version":
             kw["if_version"] = data.draw(st.sampled_from(self.versions))
-        self.same(lambda s: s.put_object(rec, **kw))
+        self.same(lambda s: s.put_object(rec, versioning=versioning, **kw))
 
     @rule(bucket=buckets, key=keys)
     def get_object(self, bucket: str, key: str) -> None:
@@ -180,17 +335,6 @@ class SameAnswers(RuleBasedStateMachine):
             after = page.next_marker
         want = sorted([o.key for o in whole.items] + whole.prefixes, key=lambda k: k.encode())
         assert seen == want
-
-    @rule(bucket=buckets, key=keys, tags=tag_sets, data=st.data())
-    def put_object_tags(self, bucket: str, key: str, tags: dict[str, str],
-                        data: st.DataObject) -> None:
-        vid = data.draw(st.none() | st.sampled_from(self.version_ids))
-        self.same(lambda s: s.put_object_tags(bucket, key, vid, tags))
-
-    @rule(bucket=buckets, key=keys, acl=acls, data=st.data())
-    def put_object_acl(self, bucket: str, key: str, acl: Any, data: st.DataObject) -> None:
-        vid = data.draw(st.none() | st.sampled_from(self.version_ids))
-        self.same(lambda s: s.put_object_acl(bucket, key, vid, acl))
 
     # -- bucket ACLs and configuration documents -----------------------------------------
     @rule(bucket=buckets, acl=acls)
@@ -344,14 +488,23 @@ def queued(store: Any, loop: asyncio.AbstractEventLoop) -> list[str]:
     return sorted(json.dumps(json.loads(r[0]), sort_keys=True) for r in rows)
 
 
-class SameAnswersAndQueues(SameAnswers):
-    def teardown(self) -> None:
-        if hasattr(self, "sqlite"):
-            assert queued(self.sqlite, self.env.loop) == queued(self.env.pg, self.env.loop)
-            super().teardown()
+class SameVersions(VersionRules):
+    """Only the version rules, on few keys (several versions each) of two buckets."""
+
+    KEYS = st.sampled_from(["a", "a/b", "a/c", "b", "é", "\U0001f600"])
+    BUCKETS = st.sampled_from(["b1", "b1", "b2"])
+    PREFIXES = st.sampled_from(["", "", "a", "a/", "é"])
+
+    @rule(name=st.sampled_from(["b1", "b2"]))
+    def create_bucket(self, name: str) -> None:
+        self.same(lambda s: s.create_bucket(BucketRecord(name, "alice", 1.0)))
+
+    @rule(name=st.sampled_from(["b1", "b2"]))
+    def delete_bucket(self, name: str) -> None:
+        self.same(lambda s: s.delete_bucket(name))
 
 
-def test_sqlite_and_postgres_give_the_same_answers(pg_server) -> None:
+def run_machine(pg_server: Any, machine_class: type[Base], examples: int, steps: int) -> None:
     env = Env()
     env.loop = asyncio.new_event_loop()
     tmp = tempfile.TemporaryDirectory(prefix="zonegate-conformance-")
@@ -361,15 +514,23 @@ def test_sqlite_and_postgres_give_the_same_answers(pg_server) -> None:
     env.pg = store
     try:
         env.loop.run_until_complete(store.start())
-        SameAnswersAndQueues.env = env
-        machine = SameAnswersAndQueues.TestCase
-        machine.settings = settings(max_examples=30, stateful_step_count=30, deadline=None,
-                                    suppress_health_check=list(HealthCheck))
+        machine_class.env = env
+        machine = machine_class.TestCase
+        machine.settings = settings(max_examples=examples, stateful_step_count=steps,
+                                    deadline=None, suppress_health_check=list(HealthCheck))
         machine().runTest()
     finally:
         env.loop.run_until_complete(store.close())
         env.loop.close()
         tmp.cleanup()
+
+
+def test_sqlite_and_postgres_give_the_same_answers(pg_server) -> None:
+    run_machine(pg_server, SameAnswers, 30, 30)
+
+
+def test_sqlite_and_postgres_keep_the_same_versions(pg_server) -> None:
+    run_machine(pg_server, SameVersions, 20, 30)
 
 
 @pytest.mark.parametrize("key", ["\x00", "a\x00b"])

@@ -28,7 +28,11 @@ TABLES: dict[str, str] = {
     "bucket_configs": "bucket, kind, doc",
     "users": "access_key, secret, canonical_id, display_name, created",
     "lifecycle_runs": "bucket, done_day, run_day, marker, worker, lease_until",
+    "versions": "bucket, key, seq, version_id, delete_marker, size, etag, last_modified, owner, "
+                "version, headers, user_meta, checksum, parts, manifest, tags, acl",
 }
+# SQLite keeps booleans as integers
+BOOLEANS = {"versions": {"delete_marker"}}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -91,7 +95,11 @@ async def copy_store(source: str, target: str, password_file: str | None = None
                 cur = src.execute(f"SELECT {cols} FROM {table}")
                 names = [x.strip() for x in cols.split(",")]
                 n = 0
+                flags = [i for i, n in enumerate(names) if n in BOOLEANS.get(table, ())]
                 while rows := cur.fetchmany(5000):
+                    if flags:
+                        rows = [tuple(bool(v) if i in flags else v for i, v in enumerate(r))
+                                for r in rows]
                     await c.copy_records_to_table(table, records=rows, columns=names)
                     n += len(rows)
                 counts[table] = n

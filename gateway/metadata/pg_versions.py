@@ -1,29 +1,307 @@
-"""PostgresStore's object versions, delete markers, tags and ACLs (a mixin of PostgresStore:
-it uses the store's `_tx` and `_read`)."""
+"""PostgresStore's objects and their versions, delete markers, tags and ACLs (a mixin of
+PostgresStore: it uses the store's `_tx`, `_read`, `_queue`, `_release` and parts cache).
+
+Table `versions` holds every version (delete markers included), `objects` a copy of each
+key's current version when that is not a marker; per key, versions are ordered by `seq`.
+Every write to a key first locks the key's newest version row (`_lock_key`), so writes to one
+key serialise; a key with no version yet has nothing to lock, and two first writes collide on
+the (bucket, key, seq) unique index instead, the loser running again."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from typing import Any
 
+import asyncpg
+
 from gateway.metadata.keys import key_bytes
+from gateway.metadata.pgrows import OBJ_COLS, Again, js, obj_row
+from gateway.metadata.store import (
+    DeleteItem,
+    ListPage,
+    NoSuchBucketError,
+    ObjectRecord,
+    UploadChangedError,
+    VersionRecord,
+)
+from gateway.metadata.versionwalk import VersionWalk, as_version, check_versioning, marker_record
+
+VER_COLS = OBJ_COLS + ", seq, delete_marker"
+_LIST_VER = ("bucket, key, size, etag, last_modified, owner, version, '{}', '{}', checksum, "
+             "'[]', manifest, '{}', NULL, version_id, seq, delete_marker")
+_SET = ", ".join(f"{c}=EXCLUDED.{c}" for c in
+                 ("size", "etag", "last_modified", "owner", "version", "headers", "user_meta",
+                  "checksum", "parts", "manifest", "tags", "acl", "version_id"))
+
+
+def _values(rec: ObjectRecord, version_id: str) -> tuple:
+    return (rec.bucket, key_bytes(rec.key), rec.size, rec.etag, rec.last_modified, rec.owner,
+            rec.version, json.dumps(rec.headers), json.dumps(rec.user_meta),
+            json.dumps(rec.checksum), json.dumps(rec.parts),
+            json.dumps(rec.manifest) if rec.manifest else None, json.dumps(rec.tags),
+            js(rec.acl), version_id)
+
+
+def _ver(r: Any, is_latest: bool) -> VersionRecord:
+    return as_version(obj_row(r), is_latest, bool(r[16]))
 
 
 class PgVersions:
-    async def _set_object_field(self, bucket: str, key: str, version_id: str | None, col: str,
-                                value: str | None) -> bool:
-        q = f"UPDATE objects SET {col}=$1 WHERE bucket=$2 AND key=$3"
-        args: list[Any] = [value, bucket, key_bytes(key)]
-        if version_id is not None:
-            q += " AND version_id=$4"
-            args.append(version_id)
-        return (await self._tx(lambda c: c.execute(q, *args))).endswith(" 1")
+    # -- transaction steps --------------------------------------------------------------
+    @staticmethod
+    async def _lock_key(c: asyncpg.Connection, bucket: str, kb: bytes) -> int | None:
+        """Lock the key's newest version; its seq (None: the key has no version)."""
+        seq = await c.fetchval("SELECT seq FROM versions WHERE bucket=$1 AND key=$2 "
+                               "ORDER BY seq DESC LIMIT 1 FOR UPDATE", bucket, kb)
+        if seq is not None and seq != await c.fetchval(
+                "SELECT MAX(seq) FROM versions WHERE bucket=$1 AND key=$2", bucket, kb):
+            raise Again  # a newer version was committed while we waited for the lock
+        return seq
+
+    @staticmethod
+    async def _insert_version(c: asyncpg.Connection, rec: ObjectRecord, version_id: str,
+                              marker: bool, latest: int | None) -> None:
+        seq = (latest or 0) + 1
+        got = await c.execute(
+            f"INSERT INTO versions ({VER_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,"
+            "$12,$13,$14,$15,$16,$17) ON CONFLICT DO NOTHING",
+            *_values(rec, version_id), seq, marker)
+        if not got.endswith(" 1"):
+            raise Again  # another first write of this key won
+        if latest is None and seq != await c.fetchval(
+                "SELECT MAX(seq) FROM versions WHERE bucket=$1 AND key=$2",
+                rec.bucket, key_bytes(rec.key)):
+            raise Again
+
+    @staticmethod
+    async def _take(c: asyncpg.Connection, bucket: str, kb: bytes, version_id: str) -> Any:
+        return await c.fetchrow(f"DELETE FROM versions WHERE bucket=$1 AND key=$2 AND "
+                                f"version_id=$3 RETURNING {VER_COLS}", bucket, kb, version_id)
+
+    @staticmethod
+    async def _sync_current(c: asyncpg.Connection, bucket: str, kb: bytes) -> None:
+        """objects := the key's newest version, unless that is a marker (or there is none)."""
+        await c.execute("DELETE FROM objects WHERE bucket=$1 AND key=$2", bucket, kb)
+        await c.execute(f"INSERT INTO objects ({OBJ_COLS}) SELECT {OBJ_COLS} FROM versions "
+                        "WHERE bucket=$1 AND key=$2 AND NOT delete_marker AND seq=(SELECT "
+                        "MAX(seq) FROM versions WHERE bucket=$1 AND key=$2)", bucket, kb)
+
+    async def _del_current(self, c: asyncpg.Connection, bucket: str, key: str,
+                           freed: list[dict]) -> ObjectRecord | None:
+        kb = key_bytes(key)
+        await self._lock_key(c, bucket, kb)
+        row = await c.fetchrow(f"SELECT {OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2",
+                               bucket, kb)
+        if row is None:
+            return None
+        old = obj_row(row)
+        await c.execute("DELETE FROM versions WHERE bucket=$1 AND key=$2 AND version_id=$3",
+                        bucket, kb, old.version_id)
+        await self._sync_current(c, bucket, kb)
+        freed += old.layouts()
+        return old
+
+    async def _del_version(self, c: asyncpg.Connection, bucket: str, key: str,
+                           version_id: str, freed: list[dict]) -> VersionRecord | None:
+        kb = key_bytes(key)
+        latest = await self._lock_key(c, bucket, kb)
+        row = await self._take(c, bucket, kb, version_id)
+        if row is None:
+            return None
+        if row[15] == latest:
+            await self._sync_current(c, bucket, kb)
+        v = _ver(row, row[15] == latest)
+        freed += v.layouts()
+        return v
+
+    async def _add_marker(self, c: asyncpg.Connection, marker: VersionRecord,
+                          versioning: str, freed: list[dict]) -> VersionRecord:
+        if versioning not in ("enabled", "suspended"):
+            raise ValueError(f"no delete markers while versioning is {versioning!r}")
+        if not await c.fetchval("SELECT 1 FROM buckets WHERE name=$1 FOR SHARE", marker.bucket):
+            raise NoSuchBucketError(marker.bucket)
+        kb = key_bytes(marker.key)
+        latest = await self._lock_key(c, marker.bucket, kb)
+        m = marker_record(marker, marker.version_id if versioning == "enabled" else "null")
+        replaced = await self._take(c, marker.bucket, kb, m.version_id)
+        if replaced is not None:
+            freed += obj_row(replaced).layouts()
+        await self._insert_version(c, m, m.version_id, True, latest)
+        await c.execute("DELETE FROM objects WHERE bucket=$1 AND key=$2", marker.bucket, kb)
+        return m
+
+    # -- writes -------------------------------------------------------------------------
+    async def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
+                         if_absent: bool = False, upload_id: str | None = None,
+                         release: list[int] | None = None,
+                         versioning: str = "off") -> ObjectRecord | None:
+        check_versioning(versioning)
+        kb = key_bytes(rec.key)
+        vid = rec.version_id if versioning == "enabled" else "null"
+        values = _values(rec, vid)
+
+        async def tx(c: asyncpg.Connection) -> ObjectRecord | None:
+            now = time.time()
+            # The bucket row share-locked first (DeleteBucket locks it FOR UPDATE, then the
+            # object and upload rows: one lock order), so a bucket deleted meanwhile, by any
+            # gateway, is seen here and no object lands in a bucket that is gone.
+            bucket_ok = await c.fetchval("SELECT 1 FROM buckets WHERE name=$1 FOR SHARE",
+                                         rec.bucket)
+            latest = await self._lock_key(c, rec.bucket, kb)
+            row = await c.fetchrow(f"SELECT {OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2",
+                                   rec.bucket, kb)
+            old = obj_row(row) if row else None
+            if if_absent and old is not None:
+                return old
+            if if_version is not None and (old is None or old.version != if_version):
+                return old or ObjectRecord(rec.bucket, rec.key, 0, "", 0, "", "")
+            upload_layouts: list[dict] = []
+            if upload_id is not None:
+                # The upload's row lock keeps its parts from changing under this check.
+                await c.execute("SELECT 1 FROM uploads WHERE upload_id=$1 FOR UPDATE", upload_id)
+                upload_layouts = [json.loads(r[0]) for r in await c.fetch(
+                    "SELECT layout FROM parts WHERE upload_id=$1 ORDER BY number", upload_id)]
+                current = {d.get("part_uid") for d in upload_layouts}
+                if not {p["layout"].get("part_uid") for p in rec.parts} <= current:
+                    raise UploadChangedError(upload_id)
+            if not bucket_ok:
+                raise NoSuchBucketError(rec.bucket)
+            await self._release(c, release)
+            # off / suspended: the null version is replaced; enabled: a new version on top
+            replaced = await self._take(c, rec.bucket, kb, vid)
+            await self._insert_version(c, rec, vid, False, latest)
+            await c.execute(f"INSERT INTO objects ({OBJ_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,"
+                            f"$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT (bucket, key) DO "
+                            f"UPDATE SET {_SET}", *values)
+            keep = {json.dumps(lay, sort_keys=True) for lay in rec.layouts()}
+            freed: list[dict] = []
+            if replaced is not None:
+                freed += [lay for lay in obj_row(replaced).layouts()
+                          if json.dumps(lay, sort_keys=True) not in keep]
+            if upload_id is not None:
+                freed += [d for d in upload_layouts if json.dumps(d, sort_keys=True) not in keep]
+                await c.execute("DELETE FROM parts WHERE upload_id=$1", upload_id)
+                await c.execute("DELETE FROM uploads WHERE upload_id=$1", upload_id)
+            await self._queue(c, freed, now + self.free_delay)
+            return None
+        return await self._tx(tx)
+
+    async def delete_many(self, bucket: str, items: list[DeleteItem],
+                          versioning: str = "off") -> list[ObjectRecord | None]:
+        check_versioning(versioning)
+
+        # One transaction for the whole batch (DeleteObjects of 1000 keys), freed layouts
+        # queued together at the end, in order, as SQLite does.
+        async def tx(c: asyncpg.Connection) -> list[ObjectRecord | None]:
+            out: list[ObjectRecord | None] = []
+            freed: list[dict] = []
+            for it in items:
+                if it.version_id is not None:
+                    out.append(await self._del_version(c, bucket, it.key, it.version_id, freed))
+                elif it.marker is not None:
+                    m = dataclasses.replace(it.marker, bucket=bucket, key=it.key)
+                    out.append(await self._add_marker(c, m, versioning, freed))
+                else:
+                    out.append(await self._del_current(c, bucket, it.key, freed))
+            await self._queue(c, freed, time.time() + self.free_delay)
+            return out
+        return await self._tx(tx)
+
+    async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
+        return (await self.delete_many(bucket, [DeleteItem(key)]))[0]
+
+    async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
+        return await self.delete_many(bucket, [DeleteItem(k) for k in keys])
+
+    async def delete_version(self, bucket: str, key: str,
+                             version_id: str) -> VersionRecord | None:
+        return (await self.delete_many(bucket, [DeleteItem(key, version_id)]))[0]  # type: ignore[return-value]
+
+    async def put_delete_marker(self, marker: VersionRecord,
+                                versioning: str) -> VersionRecord:
+        got = await self.delete_many(marker.bucket, [DeleteItem(marker.key, marker=marker)],
+                                     versioning)
+        return got[0]  # type: ignore[return-value]
+
+    async def _set_field(self, bucket: str, key: str, version_id: str | None, col: str,
+                         value: str | None) -> bool:
+        kb = key_bytes(key)
+
+        async def tx(c: asyncpg.Connection) -> bool:
+            vid = version_id
+            if vid is None:
+                vid = await c.fetchval("SELECT version_id FROM objects WHERE bucket=$1 AND "
+                                       "key=$2 FOR UPDATE", bucket, kb)
+                if vid is None:
+                    return False
+            got = await c.execute(f"UPDATE versions SET {col}=$1 WHERE bucket=$2 AND key=$3 "
+                                  "AND version_id=$4 AND NOT delete_marker", value, bucket, kb,
+                                  vid)
+            if not got.endswith(" 1"):
+                return False
+            await c.execute(f"UPDATE objects SET {col}=$1 WHERE bucket=$2 AND key=$3 AND "
+                            "version_id=$4", value, bucket, kb, vid)
+            return True
+        return await self._tx(tx)
 
     async def put_object_tags(self, bucket: str, key: str, version_id: str | None,
                               tags: dict[str, str]) -> bool:
-        return await self._set_object_field(bucket, key, version_id, "tags", json.dumps(tags))
+        return await self._set_field(bucket, key, version_id, "tags", json.dumps(tags))
 
     async def put_object_acl(self, bucket: str, key: str, version_id: str | None,
                              acl: list[dict[str, Any]] | None) -> bool:
-        return await self._set_object_field(bucket, key, version_id, "acl",
-                                            None if acl is None else json.dumps(acl))
+        return await self._set_field(bucket, key, version_id, "acl", js(acl))
+
+    # -- reads --------------------------------------------------------------------------
+    async def get_object(self, bucket: str, key: str,
+                         version_id: str | None = None) -> ObjectRecord | None:
+        kb = key_bytes(key)
+        if version_id is None:
+            row = await self._read(lambda c: c.fetchrow(
+                f"SELECT {OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2", bucket, kb))
+            if row is None:
+                return None
+            # The parts list may be shared with other readers of this version: read-only.
+            return obj_row(row, self._parts.parts(bucket, row[1], row[10]))
+        # the version and its key's newest seq in one statement (one snapshot)
+        row = await self._read(lambda c: c.fetchrow(
+            f"SELECT {VER_COLS}, (SELECT MAX(seq) FROM versions v2 WHERE v2.bucket=$1 AND "
+            "v2.key=$2) FROM versions WHERE bucket=$1 AND key=$2 AND version_id=$3",
+            bucket, kb, version_id))
+        return _ver(row, row[15] == row[17]) if row else None
+
+    async def head_version(self, bucket: str, key: str) -> VersionRecord | None:
+        row = await self._read(lambda c: c.fetchrow(
+            f"SELECT {VER_COLS} FROM versions WHERE bucket=$1 AND key=$2 ORDER BY seq DESC "
+            "LIMIT 1", bucket, key_bytes(key)))
+        return _ver(row, True) if row else None
+
+    async def list_versions(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+                            version_id_marker: str, limit: int) -> ListPage:
+        async def run(c: asyncpg.Connection) -> ListPage:
+            marker_seq = None
+            if key_marker and version_id_marker:
+                marker_seq = await c.fetchval(
+                    "SELECT seq FROM versions WHERE bucket=$1 AND key=$2 AND version_id=$3",
+                    bucket, key_bytes(key_marker), version_id_marker)
+            walk = VersionWalk(prefix, delimiter, key_marker, marker_seq, limit,
+                               key_of=lambda r: r[1], seq_of=lambda r: r[15],
+                               vid_of=lambda r: r[14], item_of=_ver)
+            while (r := walk.next_range()) is not None:
+                if r.seq is not None:
+                    q = (f"SELECT {_LIST_VER} FROM versions WHERE bucket=$1 AND key=$2 AND "
+                         "seq < $3 ORDER BY seq DESC")
+                    args: list[Any] = [bucket, r.lower, r.seq]
+                else:
+                    q = (f"SELECT {_LIST_VER} FROM versions WHERE bucket=$1 AND "
+                         + ("key >= $2" if r.inclusive else "key > $2"))
+                    args = [bucket, r.lower]
+                    if r.end is not None:
+                        q += " AND key < $3"
+                        args.append(r.end)
+                    q += " ORDER BY key, seq DESC"
+                walk.feed(await c.fetch(q + f" LIMIT {walk.batch}", *args))
+            return walk.page()
+        return await self._read(run)

@@ -36,9 +36,9 @@ import asyncpg
 
 from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
 from gateway.metadata.partscache import PartsCache
-from gateway.metadata.pending import PendingMethods
 from gateway.metadata.pg_extra import PgExtras
 from gateway.metadata.pg_versions import PgVersions
+from gateway.metadata.pgrows import OBJ_COLS, Again, js, obj_row
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -49,7 +49,6 @@ from gateway.metadata.store import (
     OrphanEntry,
     PartRecord,
     StoreUnavailableError,
-    UploadChangedError,
     UploadRecord,
 )
 
@@ -97,6 +96,25 @@ MIGRATIONS: list[str] = [
                                  run_day BIGINT NOT NULL, marker TEXT NOT NULL,
                                  worker TEXT NOT NULL, lease_until DOUBLE PRECISION NOT NULL);
     """,
+    # 2 -> 3: every version (delete markers included) in `versions`; the current objects
+    # become their keys' "null" versions
+    """
+    CREATE TABLE versions (bucket TEXT COLLATE "C" NOT NULL, key BYTEA NOT NULL,
+                           seq BIGINT NOT NULL, version_id TEXT COLLATE "C" NOT NULL,
+                           delete_marker BOOLEAN NOT NULL, size BIGINT NOT NULL,
+                           etag TEXT NOT NULL, last_modified DOUBLE PRECISION NOT NULL,
+                           owner TEXT NOT NULL, version TEXT NOT NULL, headers TEXT NOT NULL,
+                           user_meta TEXT NOT NULL, checksum TEXT NOT NULL,
+                           parts TEXT NOT NULL, manifest TEXT, tags TEXT NOT NULL, acl TEXT,
+                           PRIMARY KEY (bucket, key, version_id));
+    CREATE UNIQUE INDEX versions_walk ON versions (bucket, key, seq DESC);
+    INSERT INTO versions (bucket, key, seq, version_id, delete_marker, size, etag,
+                          last_modified, owner, version, headers, user_meta, checksum, parts,
+                          manifest, tags, acl)
+        SELECT bucket, key, 1, 'null', false, size, etag, last_modified, owner, version,
+               headers, user_meta, checksum, parts, manifest, tags, acl FROM objects;
+    UPDATE objects SET version_id = 'null';
+    """,
 ]
 
 # What a lost, restarting or overloaded database raises: the request gets 503 SlowDown.
@@ -111,8 +129,7 @@ CONNECT_TIMEOUT = 5.0
 COMMAND_TIMEOUT = 15.0
 POOL_SIZE = 8
 
-_OBJ_COLS = ("bucket, key, size, etag, last_modified, owner, version, headers, user_meta, "
-             "checksum, parts, manifest, tags, acl, version_id")
+_OBJ_COLS = OBJ_COLS
 _LIST_COLS = "bucket, key, size, etag, last_modified, owner, version, checksum, version_id"
 _BUCKET_COLS = "name, owner, created, region, acl"
 _UP_COLS = ("upload_id, bucket, key, owner, initiated, headers, user_meta, "
@@ -147,28 +164,13 @@ def _unavailable(e: BaseException) -> StoreUnavailableError:
     return StoreUnavailableError(detail)
 
 
-class _Again(Exception):
-    """A row appeared between our read and our insert: run the transaction again."""
-
-
-def _obj(r: Any, parts: list[dict[str, Any]] | None = None) -> ObjectRecord:
-    return ObjectRecord(
-        bucket=r[0], key=key_str(r[1]), size=r[2], etag=r[3], last_modified=r[4], owner=r[5],
-        version=r[6], headers=json.loads(r[7]), user_meta=json.loads(r[8]),
-        checksum=json.loads(r[9]), parts=json.loads(r[10]) if parts is None else parts,
-        manifest=json.loads(r[11]) if r[11] else None, tags=json.loads(r[12]),
-        acl=json.loads(r[13]) if r[13] else None, version_id=r[14])
+_Again, _obj, _js = Again, obj_row, js
 
 
 def _listed(r: Any) -> ObjectRecord:
     return ObjectRecord(bucket=r[0], key=key_str(r[1]), size=r[2], etag=r[3],
                         last_modified=r[4], owner=r[5], version=r[6],
                         checksum=json.loads(r[7]), version_id=r[8])
-
-
-def _js(v: Any) -> str | None:
-    """JSON text of an optional column (None stays NULL)."""
-    return None if v is None else json.dumps(v)
 
 
 def _bk(r: Any) -> BucketRecord:
@@ -184,7 +186,7 @@ def _part(r: Any) -> PartRecord:
     return PartRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
 
 
-class PostgresStore(PgExtras, PgVersions, PendingMethods, MetadataStore):
+class PostgresStore(PgVersions, PgExtras, MetadataStore):
     def __init__(self, url: str, *, free_delay: float = 0.0, password_file: str | None = None,
                  pool_size: int = POOL_SIZE, connect_timeout: float = CONNECT_TIMEOUT,
                  command_timeout: float = COMMAND_TIMEOUT) -> None:
@@ -333,7 +335,8 @@ class PostgresStore(PgExtras, PgVersions, PendingMethods, MetadataStore):
         async def tx(c: asyncpg.Connection) -> bool:
             # Locked first: a concurrent delete of the same bucket waits for this one.
             await c.execute("SELECT 1 FROM buckets WHERE name=$1 FOR UPDATE", name)
-            if await c.fetchval("SELECT 1 FROM objects WHERE bucket=$1 LIMIT 1", name):
+            # versions, not objects: noncurrent versions and delete markers keep it too
+            if await c.fetchval("SELECT 1 FROM versions WHERE bucket=$1 LIMIT 1", name):
                 raise BucketNotEmptyError(name)
             # Uploads in progress die with the bucket (as in S3); their parts are freed.
             ups = [r[0] for r in await c.fetch(
@@ -350,105 +353,6 @@ class PostgresStore(PgExtras, PgVersions, PendingMethods, MetadataStore):
         return await self._tx(tx)
 
     # -- objects --------------------------------------------------------------------------
-    async def get_object(self, bucket: str, key: str,
-                         version_id: str | None = None) -> ObjectRecord | None:
-        row = await self._read(lambda c: c.fetchrow(
-            f"SELECT {_OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2",
-            bucket, key_bytes(key)))
-        if row is None:
-            return None
-        # The parts list may be shared with other readers of this version: read-only.
-        return _obj(row, self._parts.parts(bucket, row[1], row[10]))
-
-    async def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
-                         if_absent: bool = False, upload_id: str | None = None,
-                         release: list[int] | None = None,
-                         versioning: str = "off") -> ObjectRecord | None:
-        kb = key_bytes(rec.key)
-        values = (rec.bucket, kb, rec.size, rec.etag, rec.last_modified, rec.owner, rec.version,
-                  json.dumps(rec.headers), json.dumps(rec.user_meta), json.dumps(rec.checksum),
-                  json.dumps(rec.parts), json.dumps(rec.manifest) if rec.manifest else None,
-                  json.dumps(rec.tags), _js(rec.acl), rec.version_id)
-
-        async def tx(c: asyncpg.Connection) -> ObjectRecord | None:
-            now = time.time()
-            # The bucket row share-locked first (DeleteBucket locks it FOR UPDATE, then the
-            # object and upload rows: one lock order), so a bucket deleted meanwhile, by any
-            # gateway, is seen here and no object lands in a bucket that is gone.
-            bucket_ok = await c.fetchval("SELECT 1 FROM buckets WHERE name=$1 FOR SHARE",
-                                         rec.bucket)
-            row = await c.fetchrow(f"SELECT {_OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2 "
-                                   "FOR UPDATE", rec.bucket, kb)
-            old = _obj(row) if row else None
-            if if_absent and old is not None:
-                return old
-            if if_version is not None and (old is None or old.version != if_version):
-                return old or ObjectRecord(rec.bucket, rec.key, 0, "", 0, "", "")
-            upload_layouts: list[dict] = []
-            if upload_id is not None:
-                # The upload's row lock keeps its parts from changing under this check.
-                await c.execute("SELECT 1 FROM uploads WHERE upload_id=$1 FOR UPDATE", upload_id)
-                upload_layouts = [json.loads(r[0]) for r in await c.fetch(
-                    "SELECT layout FROM parts WHERE upload_id=$1 ORDER BY number", upload_id)]
-                current = {d.get("part_uid") for d in upload_layouts}
-                if not {p["layout"].get("part_uid") for p in rec.parts} <= current:
-                    raise UploadChangedError(upload_id)
-            if not bucket_ok:
-                raise NoSuchBucketError(rec.bucket)
-            await self._release(c, release)
-            if old is None:
-                got = await c.execute(
-                    f"INSERT INTO objects ({_OBJ_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,"
-                    "$11,$12,$13,$14,$15) ON CONFLICT (bucket, key) DO NOTHING", *values)
-                if not got.endswith(" 1"):
-                    raise _Again  # inserted by another commit since our read
-            else:
-                await c.execute(
-                    "UPDATE objects SET size=$3, etag=$4, last_modified=$5, owner=$6, "
-                    "version=$7, headers=$8, user_meta=$9, checksum=$10, parts=$11, "
-                    "manifest=$12, tags=$13, acl=$14, version_id=$15 WHERE bucket=$1 AND key=$2",
-                    *values)
-            keep = {json.dumps(lay, sort_keys=True) for lay in rec.layouts()}
-            freed: list[dict] = []
-            if old is not None:
-                freed += [lay for lay in old.layouts()
-                          if json.dumps(lay, sort_keys=True) not in keep]
-            if upload_id is not None:
-                freed += [d for d in upload_layouts if json.dumps(d, sort_keys=True) not in keep]
-                await c.execute("DELETE FROM parts WHERE upload_id=$1", upload_id)
-                await c.execute("DELETE FROM uploads WHERE upload_id=$1", upload_id)
-            await self._queue(c, freed, now + self.free_delay)
-            return None
-        return await self._tx(tx)
-
-    async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
-        async def tx(c: asyncpg.Connection) -> ObjectRecord | None:
-            row = await c.fetchrow(f"DELETE FROM objects WHERE bucket=$1 AND key=$2 "
-                                   f"RETURNING {_OBJ_COLS}", bucket, key_bytes(key))
-            if row is None:
-                return None
-            old = _obj(row)
-            await self._queue(c, old.layouts(), time.time() + self.free_delay)
-            return old
-        return await self._tx(tx)
-
-    async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
-        # One transaction for the whole batch (DeleteObjects of 1000 keys), freed layouts
-        # queued together at the end, in key order, as SQLite does.
-        async def tx(c: asyncpg.Connection) -> list[ObjectRecord | None]:
-            out: list[ObjectRecord | None] = []
-            freed: list[dict] = []
-            for key in keys:
-                row = await c.fetchrow(f"DELETE FROM objects WHERE bucket=$1 AND key=$2 "
-                                       f"RETURNING {_OBJ_COLS}", bucket, key_bytes(key))
-                old = _obj(row) if row is not None else None
-                if old is not None:
-                    freed += old.layouts()
-                out.append(old)
-            await self._queue(c, freed, time.time() + self.free_delay)
-            return out
-        return await self._tx(tx)
-
     async def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                            limit: int) -> ListPage:
         walk = ObjectWalk(prefix, delimiter, after, limit, lambda r: r[1], _listed)
@@ -589,7 +493,8 @@ class PostgresStore(PgExtras, PgVersions, PendingMethods, MetadataStore):
                     d = json.loads(r[0])
                     out[d.get("part_uid", "")] = ("pending write" if d.get("pending")
                                                   else "queued for deletion")
-                for parts, manifest in await c.fetch("SELECT parts, manifest FROM objects"):
+                # every version (objects holds copies of the current ones); markers too
+                for parts, manifest in await c.fetch("SELECT parts, manifest FROM versions"):
                     for p in json.loads(parts):
                         out[p["layout"]["part_uid"]] = "live"
                     if manifest:

@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
-from gateway.metadata.pending import PendingMethods
 from gateway.metadata.sqlite_extra import SqliteExtras
-from gateway.metadata.sqlite_versions import SqliteVersions
+from gateway.metadata.sqlite_versions import OBJ_COLS, SqliteVersions
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -38,7 +37,6 @@ from gateway.metadata.store import (
     ObjectRecord,
     OrphanEntry,
     PartRecord,
-    UploadChangedError,
     UploadRecord,
 )
 
@@ -83,6 +81,25 @@ MIGRATIONS: list[str] = [
                                  run_day INTEGER NOT NULL, marker TEXT NOT NULL,
                                  worker TEXT NOT NULL, lease_until REAL NOT NULL);
     """,
+    # 2 -> 3: every version (delete markers included) in `versions`; the current objects
+    # become their keys' "null" versions
+    """
+    CREATE TABLE versions (bucket TEXT NOT NULL, key BLOB NOT NULL, seq INTEGER NOT NULL,
+                           version_id TEXT NOT NULL, delete_marker INTEGER NOT NULL,
+                           size INTEGER NOT NULL, etag TEXT NOT NULL,
+                           last_modified REAL NOT NULL, owner TEXT NOT NULL,
+                           version TEXT NOT NULL, headers TEXT NOT NULL,
+                           user_meta TEXT NOT NULL, checksum TEXT NOT NULL, parts TEXT NOT NULL,
+                           manifest TEXT, tags TEXT NOT NULL, acl TEXT,
+                           PRIMARY KEY (bucket, key, seq DESC)) WITHOUT ROWID;
+    CREATE UNIQUE INDEX versions_by_id ON versions (bucket, key, version_id);
+    INSERT INTO versions (bucket, key, seq, version_id, delete_marker, size, etag,
+                          last_modified, owner, version, headers, user_meta, checksum, parts,
+                          manifest, tags, acl)
+        SELECT bucket, key, 1, 'null', 0, size, etag, last_modified, owner, version, headers,
+               user_meta, checksum, parts, manifest, tags, acl FROM objects;
+    UPDATE objects SET version_id = 'null';
+    """,
 ]
 
 
@@ -103,7 +120,7 @@ def _bk(row: tuple) -> BucketRecord:
     return BucketRecord(row[0], row[1], row[2], row[3], json.loads(row[4]) if row[4] else None)
 
 
-class SqliteStore(SqliteExtras, SqliteVersions, PendingMethods, MetadataStore):
+class SqliteStore(SqliteVersions, SqliteExtras, MetadataStore):
     def __init__(self, path: str | Path, *, free_delay: float = 0.0) -> None:
         self.path = str(path)
         # Seconds between an object's data being replaced or deleted and its fragments
@@ -219,7 +236,8 @@ class SqliteStore(SqliteExtras, SqliteVersions, PendingMethods, MetadataStore):
 
     def _delete_bucket(self, name: str) -> bool:
         with self._tx() as c:
-            if c.execute("SELECT 1 FROM objects WHERE bucket=? LIMIT 1", (name,)).fetchone():
+            # versions, not objects: noncurrent versions and delete markers keep it too
+            if c.execute("SELECT 1 FROM versions WHERE bucket=? LIMIT 1", (name,)).fetchone():
                 raise BucketNotEmptyError(name)
             # Uploads in progress die with the bucket (as in S3); their parts are freed.
             ups = [r[0] for r in c.execute("SELECT upload_id FROM uploads WHERE bucket=? ORDER BY upload_id",
@@ -236,8 +254,7 @@ class SqliteStore(SqliteExtras, SqliteVersions, PendingMethods, MetadataStore):
             return c.execute("DELETE FROM buckets WHERE name=?", (name,)).rowcount > 0
 
     # -- objects --------------------------------------------------------------------------
-    _OBJ_COLS = ("bucket, key, size, etag, last_modified, owner, version, headers, user_meta, "
-                 "checksum, parts, manifest, tags, acl, version_id")
+    _OBJ_COLS = OBJ_COLS
 
     _LIST_COLS = ("bucket, key, size, etag, last_modified, owner, version, '{}', '{}', "
                   "checksum, '[]', NULL, '{}', NULL, version_id")
@@ -287,68 +304,6 @@ class SqliteStore(SqliteExtras, SqliteVersions, PendingMethods, MetadataStore):
                     _, (r, _p) = self._parts_cache.popitem(last=False)
                     self._parts_cache_bytes -= len(r)
         return self._obj(row, parts)
-
-    def _put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
-                   if_absent: bool = False, upload_id: str | None = None,
-                   release: list[int] | None = None) -> ObjectRecord | None:
-        now = time.time()
-        with self._tx() as c:
-            old = self._get_obj(c, rec.bucket, rec.key)
-            if if_absent and old is not None:
-                return old
-            if if_version is not None and (old is None or old.version != if_version):
-                return old or ObjectRecord(rec.bucket, rec.key, 0, "", 0, "", "")
-            if upload_id is not None:
-                current = {json.loads(r[0]).get("part_uid") for r in c.execute(
-                    "SELECT layout FROM parts WHERE upload_id=?", (upload_id,))}
-                if not {p["layout"].get("part_uid") for p in rec.parts} <= current:
-                    raise UploadChangedError(upload_id)
-            self._require_bucket(c, rec.bucket)
-            self._release(c, release)
-            c.execute(f"INSERT OR REPLACE INTO objects ({self._OBJ_COLS}) "
-                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                      (rec.bucket, _k(rec.key), rec.size, rec.etag, rec.last_modified, rec.owner,
-                       rec.version, json.dumps(rec.headers), json.dumps(rec.user_meta),
-                       json.dumps(rec.checksum), json.dumps(rec.parts),
-                       json.dumps(rec.manifest) if rec.manifest else None,
-                       json.dumps(rec.tags), _js(rec.acl), rec.version_id))
-            keep = {json.dumps(lay, sort_keys=True) for lay in rec.layouts()}
-            freed: list[dict] = []
-            if old is not None:
-                freed += [lay for lay in old.layouts()
-                          if json.dumps(lay, sort_keys=True) not in keep]
-            if upload_id is not None:
-                for (lay,) in c.execute("SELECT layout FROM parts WHERE upload_id=? ORDER BY number",
-                                        (upload_id,)).fetchall():
-                    d = json.loads(lay)
-                    if json.dumps(d, sort_keys=True) not in keep:
-                        freed.append(d)
-                c.execute("DELETE FROM parts WHERE upload_id=?", (upload_id,))
-                c.execute("DELETE FROM uploads WHERE upload_id=?", (upload_id,))
-            self._queue(c, freed, now + self.free_delay)
-        return None
-
-    def _delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
-        with self._tx() as c:
-            old = self._get_obj(c, bucket, key)
-            if old is not None:
-                c.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, _k(key)))
-                self._queue(c, old.layouts(), time.time() + self.free_delay)
-            return old
-
-    def _delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
-        # One transaction (one fsync) for the whole batch: DeleteObjects of 1000 keys.
-        out: list[ObjectRecord | None] = []
-        freed: list[dict] = []
-        with self._tx() as c:
-            for key in keys:
-                old = self._get_obj(c, bucket, key)
-                if old is not None:
-                    c.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, _k(key)))
-                    freed += old.layouts()
-                out.append(old)
-            self._queue(c, freed, time.time() + self.free_delay)
-        return out
 
     def _list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                       limit: int) -> ListPage:
@@ -519,23 +474,6 @@ class SqliteStore(SqliteExtras, SqliteVersions, PendingMethods, MetadataStore):
     async def delete_bucket(self, name: str) -> bool:
         return await self._w(self._delete_bucket, name)
 
-    async def get_object(self, bucket: str, key: str,
-                         version_id: str | None = None) -> ObjectRecord | None:
-        return self._get_object(bucket, key)
-
-    async def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
-                         if_absent: bool = False, upload_id: str | None = None,
-                         release: list[int] | None = None,
-                         versioning: str = "off") -> ObjectRecord | None:
-        return await self._w(self._put_object, rec, if_version=if_version, if_absent=if_absent,
-                             upload_id=upload_id, release=release)
-
-    async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
-        return await self._w(self._delete_object, bucket, key)
-
-    async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
-        return await self._w(self._delete_objects, bucket, keys)
-
     async def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                            limit: int) -> ListPage:
         return await self._r(self._list_objects, bucket, prefix, delimiter, after, limit)
@@ -597,7 +535,8 @@ class SqliteStore(SqliteExtras, SqliteVersions, PendingMethods, MetadataStore):
                 d = json.loads(layout)
                 out[d.get("part_uid", "")] = ("pending write" if d.get("pending")
                                               else "queued for deletion")
-            for parts, manifest in c.execute("SELECT parts, manifest FROM objects"):
+            # every version (objects holds copies of the current ones); markers' manifests too
+            for parts, manifest in c.execute("SELECT parts, manifest FROM versions"):
                 for p in json.loads(parts):
                     out[p["layout"]["part_uid"]] = "live"
                 if manifest:

@@ -1,33 +1,293 @@
-"""SqliteStore's object versions, delete markers, tags and ACLs (a mixin of SqliteStore: it
-uses the store's transactions, `_tx`, and its writer thread, `_w`)."""
+"""SqliteStore's objects and their versions, delete markers, tags and ACLs (a mixin of
+SqliteStore: it uses the store's transactions, `_tx`, its writer thread, `_w`, and its row
+helpers `_obj`, `_get_obj`, `_queue`).
+
+Table `versions` holds every version (delete markers included), `objects` a copy of each
+key's current version when that is not a marker. Every write keeps the two in step in its
+transaction; per key, versions are ordered by `seq` (the newest highest)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sqlite3
+import time
 from typing import Any
 
 from gateway.metadata.keys import key_bytes
+from gateway.metadata.store import (
+    DeleteItem,
+    ListPage,
+    ObjectRecord,
+    UploadChangedError,
+    VersionRecord,
+)
+from gateway.metadata.versionwalk import VersionWalk, as_version, check_versioning, marker_record
 
 _k = key_bytes
 
+OBJ_COLS = ("bucket, key, size, etag, last_modified, owner, version, headers, user_meta, "
+            "checksum, parts, manifest, tags, acl, version_id")
+VER_COLS = OBJ_COLS + ", seq, delete_marker"
+_LIST_VER = ("bucket, key, size, etag, last_modified, owner, version, '{}', '{}', checksum, "
+             "'[]', manifest, '{}', NULL, version_id, seq, delete_marker")
+_NEXT_SEQ = "(SELECT COALESCE(MAX(seq), 0) + 1 FROM versions WHERE bucket=? AND key=?)"
+
+
+def _values(rec: ObjectRecord, version_id: str) -> tuple:
+    return (rec.bucket, _k(rec.key), rec.size, rec.etag, rec.last_modified, rec.owner,
+            rec.version, json.dumps(rec.headers), json.dumps(rec.user_meta),
+            json.dumps(rec.checksum), json.dumps(rec.parts),
+            json.dumps(rec.manifest) if rec.manifest else None, json.dumps(rec.tags),
+            None if rec.acl is None else json.dumps(rec.acl), version_id)
+
+
+def _same(layouts: list[dict]) -> set[str]:
+    return {json.dumps(lay, sort_keys=True) for lay in layouts}
+
 
 class SqliteVersions:
-    def _set_object_field(self, bucket: str, key: str, version_id: str | None, col: str,
-                          value: str | None) -> bool:
+    # -- transaction steps (on the writer's connection, inside its transaction) -------------
+    def _insert_version(self, c: sqlite3.Connection, rec: ObjectRecord, version_id: str,
+                        marker: bool) -> None:
+        kb = _k(rec.key)
+        c.execute(f"INSERT INTO versions ({VER_COLS}) VALUES "
+                  f"(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,{_NEXT_SEQ},?)",
+                  (*_values(rec, version_id), rec.bucket, kb, int(marker)))
+
+    @staticmethod
+    def _latest_seq(c: sqlite3.Connection, bucket: str, kb: bytes) -> int | None:
+        return c.execute("SELECT MAX(seq) FROM versions WHERE bucket=? AND key=?",
+                         (bucket, kb)).fetchone()[0]
+
+    @staticmethod
+    def _take(c: sqlite3.Connection, bucket: str, kb: bytes, version_id: str) -> tuple | None:
+        """Delete one version; its row, None if there was none."""
+        rows = c.execute(f"DELETE FROM versions WHERE bucket=? AND key=? AND version_id=? "
+                         f"RETURNING {VER_COLS}", (bucket, kb, version_id)).fetchall()
+        return rows[0] if rows else None
+
+    @staticmethod
+    def _sync_current(c: sqlite3.Connection, bucket: str, kb: bytes) -> None:
+        """objects := the key's newest version, unless that is a marker (or there is none)."""
+        c.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, kb))
+        c.execute(f"INSERT INTO objects ({OBJ_COLS}) SELECT {OBJ_COLS} FROM versions "
+                  "WHERE bucket=? AND key=? AND delete_marker=0 AND seq=(SELECT MAX(seq) "
+                  "FROM versions WHERE bucket=? AND key=?)", (bucket, kb, bucket, kb))
+
+    def _del_current(self, c: sqlite3.Connection, bucket: str, key: str,
+                     freed: list[dict]) -> ObjectRecord | None:
+        old = self._get_obj(c, bucket, key)
+        if old is not None:
+            kb = _k(key)
+            c.execute("DELETE FROM versions WHERE bucket=? AND key=? AND version_id=?",
+                      (bucket, kb, old.version_id))
+            self._sync_current(c, bucket, kb)
+            freed += old.layouts()
+        return old
+
+    def _del_version(self, c: sqlite3.Connection, bucket: str, key: str, version_id: str,
+                     freed: list[dict]) -> VersionRecord | None:
+        kb = _k(key)
+        latest = self._latest_seq(c, bucket, kb)
+        row = self._take(c, bucket, kb, version_id)
+        if row is None:
+            return None
+        if row[15] == latest:
+            self._sync_current(c, bucket, kb)
+        v = as_version(self._obj(row), row[15] == latest, bool(row[16]))
+        freed += v.layouts()
+        return v
+
+    def _add_marker(self, c: sqlite3.Connection, marker: VersionRecord, versioning: str,
+                    freed: list[dict]) -> VersionRecord:
+        if versioning not in ("enabled", "suspended"):
+            raise ValueError(f"no delete markers while versioning is {versioning!r}")
+        self._require_bucket(c, marker.bucket)
+        kb = _k(marker.key)
+        m = marker_record(marker, marker.version_id if versioning == "enabled" else "null")
+        replaced = self._take(c, marker.bucket, kb, m.version_id)
+        if replaced is not None:
+            freed += self._obj(replaced).layouts()
+        self._insert_version(c, m, m.version_id, True)
+        c.execute("DELETE FROM objects WHERE bucket=? AND key=?", (marker.bucket, kb))
+        return m
+
+    # -- writes -------------------------------------------------------------------------
+    def _put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
+                    if_absent: bool = False, upload_id: str | None = None,
+                    release: list[int] | None = None,
+                    versioning: str = "off") -> ObjectRecord | None:
+        check_versioning(versioning)
+        now = time.time()
+        kb = _k(rec.key)
         with self._tx() as c:
-            q = f"UPDATE objects SET {col}=? WHERE bucket=? AND key=?"
-            args: list[Any] = [value, bucket, _k(key)]
-            if version_id is not None:
-                q += " AND version_id=?"
-                args.append(version_id)
-            return c.execute(q, args).rowcount > 0
+            old = self._get_obj(c, rec.bucket, rec.key)
+            if if_absent and old is not None:
+                return old
+            if if_version is not None and (old is None or old.version != if_version):
+                return old or ObjectRecord(rec.bucket, rec.key, 0, "", 0, "", "")
+            if upload_id is not None:
+                current = {json.loads(r[0]).get("part_uid") for r in c.execute(
+                    "SELECT layout FROM parts WHERE upload_id=?", (upload_id,))}
+                if not {p["layout"].get("part_uid") for p in rec.parts} <= current:
+                    raise UploadChangedError(upload_id)
+            self._require_bucket(c, rec.bucket)
+            self._release(c, release)
+            vid = rec.version_id if versioning == "enabled" else "null"
+            # off / suspended: the null version is replaced; enabled: a new version on top
+            replaced = self._take(c, rec.bucket, kb, vid)
+            self._insert_version(c, rec, vid, False)
+            c.execute(f"INSERT OR REPLACE INTO objects ({OBJ_COLS}) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", _values(rec, vid))
+            keep = _same(rec.layouts())
+            freed: list[dict] = []
+            if replaced is not None:
+                freed += [lay for lay in self._obj(replaced).layouts()
+                          if json.dumps(lay, sort_keys=True) not in keep]
+            if upload_id is not None:
+                for (lay,) in c.execute("SELECT layout FROM parts WHERE upload_id=? ORDER BY number",
+                                        (upload_id,)).fetchall():
+                    d = json.loads(lay)
+                    if json.dumps(d, sort_keys=True) not in keep:
+                        freed.append(d)
+                c.execute("DELETE FROM parts WHERE upload_id=?", (upload_id,))
+                c.execute("DELETE FROM uploads WHERE upload_id=?", (upload_id,))
+            self._queue(c, freed, now + self.free_delay)
+        return None
+
+    def _delete_many(self, bucket: str, items: list[DeleteItem],
+                     versioning: str) -> list[ObjectRecord | None]:
+        check_versioning(versioning)
+        out: list[ObjectRecord | None] = []
+        freed: list[dict] = []
+        # One transaction (one fsync) for the whole batch: DeleteObjects of 1000 keys.
+        with self._tx() as c:
+            for it in items:
+                if it.version_id is not None:
+                    out.append(self._del_version(c, bucket, it.key, it.version_id, freed))
+                elif it.marker is not None:
+                    m = dataclasses.replace(it.marker, bucket=bucket, key=it.key)
+                    out.append(self._add_marker(c, m, versioning, freed))
+                else:
+                    out.append(self._del_current(c, bucket, it.key, freed))
+            self._queue(c, freed, time.time() + self.free_delay)
+        return out
+
+    def _set_field(self, bucket: str, key: str, version_id: str | None, col: str,
+                   value: str | None) -> bool:
+        kb = _k(key)
+        with self._tx() as c:
+            if version_id is None:
+                row = c.execute("SELECT version_id FROM objects WHERE bucket=? AND key=?",
+                                (bucket, kb)).fetchone()
+                if row is None:
+                    return False
+                version_id = row[0]
+            if c.execute(f"UPDATE versions SET {col}=? WHERE bucket=? AND key=? AND "
+                         "version_id=? AND delete_marker=0",
+                         (value, bucket, kb, version_id)).rowcount == 0:
+                return False
+            c.execute(f"UPDATE objects SET {col}=? WHERE bucket=? AND key=? AND version_id=?",
+                      (value, bucket, kb, version_id))
+            return True
+
+    # -- reads --------------------------------------------------------------------------
+    def _get_version(self, bucket: str, key: str, version_id: str | None) -> VersionRecord | None:
+        c = self._conn()
+        kb = _k(key)
+        c.execute("BEGIN")  # the version and the key's newest, in one snapshot
+        try:
+            if version_id is None:
+                row = c.execute(f"SELECT {VER_COLS} FROM versions WHERE bucket=? AND key=? "
+                                "ORDER BY seq DESC LIMIT 1", (bucket, kb)).fetchone()
+                latest = row[15] if row else None
+            else:
+                row = c.execute(f"SELECT {VER_COLS} FROM versions WHERE bucket=? AND key=? "
+                                "AND version_id=?", (bucket, kb, version_id)).fetchone()
+                latest = self._latest_seq(c, bucket, kb) if row else None
+        finally:
+            c.execute("COMMIT")
+        return as_version(self._obj(row), row[15] == latest, bool(row[16])) if row else None
+
+    def _list_versions(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+                       version_id_marker: str, limit: int) -> ListPage:
+        c = self._conn()
+        marker_seq = None
+        if key_marker and version_id_marker:
+            row = c.execute("SELECT seq FROM versions WHERE bucket=? AND key=? AND "
+                            "version_id=?", (bucket, _k(key_marker), version_id_marker)
+                            ).fetchone()
+            marker_seq = row[0] if row else None
+        walk = VersionWalk(prefix, delimiter, key_marker, marker_seq, limit,
+                           key_of=lambda r: r[1], seq_of=lambda r: r[15],
+                           vid_of=lambda r: r[14],
+                           item_of=lambda r, latest: as_version(self._obj(r), latest,
+                                                                bool(r[16])))
+        while (r := walk.next_range()) is not None:
+            if r.seq is not None:
+                q = (f"SELECT {_LIST_VER} FROM versions WHERE bucket=? AND key=? AND seq<? "
+                     "ORDER BY seq DESC")
+                args: list[Any] = [bucket, r.lower, r.seq]
+            else:
+                q = (f"SELECT {_LIST_VER} FROM versions WHERE bucket=? AND "
+                     + ("key >= ?" if r.inclusive else "key > ?"))
+                args = [bucket, r.lower]
+                if r.end is not None:
+                    q += " AND key < ?"
+                    args.append(r.end)
+                q += " ORDER BY key, seq DESC"
+            walk.feed(c.execute(q + f" LIMIT {walk.batch}", args).fetchall())
+        return walk.page()
+
+    # -- the async contract ---------------------------------------------------------------
+    async def get_object(self, bucket: str, key: str,
+                         version_id: str | None = None) -> ObjectRecord | None:
+        if version_id is None:
+            return self._get_object(bucket, key)
+        return self._get_version(bucket, key, version_id)
+
+    async def head_version(self, bucket: str, key: str) -> VersionRecord | None:
+        return self._get_version(bucket, key, None)
+
+    async def put_object(self, rec: ObjectRecord, *, if_version: str | None = None,
+                         if_absent: bool = False, upload_id: str | None = None,
+                         release: list[int] | None = None,
+                         versioning: str = "off") -> ObjectRecord | None:
+        return await self._w(self._put_object, rec, if_version=if_version, if_absent=if_absent,
+                             upload_id=upload_id, release=release, versioning=versioning)
+
+    async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
+        return (await self._w(self._delete_many, bucket, [DeleteItem(key)], "off"))[0]
+
+    async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
+        return await self._w(self._delete_many, bucket, [DeleteItem(k) for k in keys], "off")
+
+    async def delete_version(self, bucket: str, key: str,
+                             version_id: str) -> VersionRecord | None:
+        got = await self._w(self._delete_many, bucket, [DeleteItem(key, version_id)], "off")
+        return got[0]  # type: ignore[return-value]
+
+    async def put_delete_marker(self, marker: VersionRecord,
+                                versioning: str) -> VersionRecord:
+        got = await self._w(self._delete_many, marker.bucket,
+                            [DeleteItem(marker.key, marker=marker)], versioning)
+        return got[0]  # type: ignore[return-value]
+
+    async def delete_many(self, bucket: str, items: list[DeleteItem],
+                          versioning: str = "off") -> list[ObjectRecord | None]:
+        return await self._w(self._delete_many, bucket, items, versioning)
+
+    async def list_versions(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+                            version_id_marker: str, limit: int) -> ListPage:
+        return await self._r(self._list_versions, bucket, prefix, delimiter, key_marker,
+                             version_id_marker, limit)
 
     async def put_object_tags(self, bucket: str, key: str, version_id: str | None,
                               tags: dict[str, str]) -> bool:
-        return await self._w(self._set_object_field, bucket, key, version_id, "tags",
-                             json.dumps(tags))
+        return await self._w(self._set_field, bucket, key, version_id, "tags", json.dumps(tags))
 
     async def put_object_acl(self, bucket: str, key: str, version_id: str | None,
                              acl: list[dict[str, Any]] | None) -> bool:
-        return await self._w(self._set_object_field, bucket, key, version_id, "acl",
+        return await self._w(self._set_field, bucket, key, version_id, "acl",
                              None if acl is None else json.dumps(acl))

@@ -1,0 +1,123 @@
+"""The ListObjectVersions walk shared by both store backends: keys ascending (binary), each
+key's versions newest first (highest `seq` first), common prefixes rolled up as in
+`keys.ObjectWalk`, so SQLite and PostgreSQL page and resume alike and only the SQL differs.
+
+A range is `VRange(lower, seq, inclusive, end)`: with `seq` set, the versions of key `lower`
+older than `seq` (`key = lower AND seq < seq ORDER BY seq DESC`, the rest of a key a page or a
+batch stopped inside); else the keys from `lower` (`key >= lower`, or `> lower`) below `end`
+(None: no bound), `ORDER BY key, seq DESC`; at most `walk.batch` rows either way. Both are
+plain index ranges over (bucket, key, seq DESC).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any, NamedTuple
+
+from gateway.metadata.keys import BATCH, JUMP_BATCH, key_bytes, key_str, prefix_end
+from gateway.metadata.store import VERSIONING_STATES, ListPage, ObjectRecord, VersionRecord
+
+
+class VRange(NamedTuple):
+    lower: bytes
+    seq: int | None
+    inclusive: bool
+    end: bytes | None
+
+
+class VersionWalk:
+    """Drive with `while (r := walk.next_range()) is not None: walk.feed(fetch(r))`.
+    `key_of(row)`, `seq_of(row)`, `vid_of(row)` read a row; `item_of(row, is_latest)` makes
+    its page item. `marker_seq`: the seq of (key_marker, version_id_marker), None to resume
+    after every version of key_marker."""
+
+    def __init__(self, prefix: str, delimiter: str, key_marker: str, marker_seq: int | None,
+                 limit: int, key_of: Callable[[Any], bytes], seq_of: Callable[[Any], int],
+                 vid_of: Callable[[Any], str], item_of: Callable[[Any, bool], Any]) -> None:
+        self.bp, self.bd = key_bytes(prefix), key_bytes(delimiter)
+        self.end = prefix_end(self.bp) if self.bp else None
+        self.limit = limit
+        self.key_of, self.seq_of, self.vid_of, self.item_of = key_of, seq_of, vid_of, item_of
+        self.range = VRange(self.bp, None, True, self.end)
+        self.items: list[Any] = []
+        self.prefixes: list[str] = []
+        self.count = 0
+        self.truncated = False
+        self.last: tuple[str, str | None] | None = None
+        self.done = False
+        self.prev: bytes | None = None  # key of the previous version seen (is_latest)
+        self.batch = min(max(limit, 0), BATCH) + 1
+        km = key_bytes(key_marker)
+        if km and km >= self.bp:
+            self.range = VRange(km, None, False, self.end)
+            if self.bd and (i := km.find(self.bd, len(self.bp))) >= 0:
+                # a marker inside a rolled-up prefix: that prefix was already returned
+                nxt = prefix_end(km[:i + len(self.bd)])
+                if nxt is None:
+                    self.done = True
+                else:
+                    self.range = VRange(nxt, None, True, self.end)
+            elif marker_seq is not None and (not self.bp or km.startswith(self.bp)):
+                self.range = VRange(km, marker_seq, False, self.end)
+                self.prev = km  # the key's newest version was on an earlier page
+
+    def next_range(self) -> VRange | None:
+        return None if self.done else self.range
+
+    def feed(self, rows: list[Any]) -> None:
+        asked, self.batch = self.batch, BATCH
+        same_key = self.range.seq is not None
+        for row in rows:
+            kb = bytes(self.key_of(row))
+            if self.count >= self.limit:
+                self.truncated = self.done = True
+                return
+            if self.bd and not same_key and (i := kb.find(self.bd, len(self.bp))) >= 0:
+                cp = kb[:i + len(self.bd)]
+                self.prefixes.append(key_str(cp))
+                self.count += 1
+                self.last = (key_str(cp), None)
+                nxt = prefix_end(cp)
+                if nxt is None:
+                    self.done = True
+                else:
+                    self.range = VRange(nxt, None, True, self.end)
+                    self.batch = JUMP_BATCH
+                return
+            self.items.append(self.item_of(row, kb != self.prev))
+            self.prev = kb
+            self.count += 1
+            self.last = (key_str(kb), self.vid_of(row))
+            self.range = VRange(kb, self.seq_of(row), False, self.end)
+        if len(rows) < asked:
+            if same_key:
+                # the rest of that key is done: on to the keys after it
+                self.range = VRange(self.range.lower, None, False, self.end)
+            else:
+                self.done = True
+
+    def page(self) -> ListPage:
+        truncated = self.truncated and self.limit != 0
+        last = self.last if truncated else None
+        return ListPage(self.items, self.prefixes, truncated, last[0] if last else None,
+                        last[1] if last else None)
+
+
+def as_version(o: ObjectRecord, is_latest: bool, delete_marker: bool) -> VersionRecord:
+    """The VersionRecord of one stored version."""
+    return VersionRecord(**{f.name: getattr(o, f.name) for f in fields(ObjectRecord)},
+                         is_latest=is_latest, delete_marker=delete_marker)
+
+
+def marker_record(marker: VersionRecord, version_id: str) -> VersionRecord:
+    """A delete marker as stored: no size, ETag, metadata or parts; its layout (if any) is
+    the manifest, so it is freed with the marker."""
+    return VersionRecord(marker.bucket, marker.key, 0, "", marker.last_modified, marker.owner,
+                         marker.version, manifest=marker.manifest, version_id=version_id,
+                         is_latest=True, delete_marker=True)
+
+
+def check_versioning(state: str) -> None:
+    if state not in VERSIONING_STATES:
+        raise ValueError(f"versioning must be one of {VERSIONING_STATES}, not {state!r}")

@@ -1,0 +1,206 @@
+"""Object versions and delete markers in both store backends: what stays current, what is
+queued for deletion, listing order and paging, and the migration of existing objects."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from gateway.metadata import BucketRecord, ObjectRecord, SqliteStore
+from gateway.metadata.store import DeleteItem, VersionRecord
+from gateway.metadata.versionids import new_version_id
+from tests import storebackends
+
+pg_server = storebackends.pg_server
+stores = storebackends.stores
+
+
+def rec(key: str, w: str, vid: str = "null", bucket: str = "b") -> ObjectRecord:
+    return ObjectRecord(bucket, key, 1, "e" + w, 1.0, "alice", w, version_id=vid,
+                        parts=[{"number": 1, "size": 1, "etag": "e",
+                                "layout": {"part_uid": w + ".p1"}}])
+
+
+def marker(key: str, vid: str, layout: bool = True) -> VersionRecord:
+    return VersionRecord("b", key, 0, "", 2.0, "alice", "m" + vid, version_id=vid,
+                         manifest={"part_uid": f"dm:{vid}"} if layout else None)
+
+
+async def queued(s) -> list[str]:
+    return sorted(e.layout["part_uid"] for e in await s.claim_orphans(1000))
+
+
+async def versions(s, prefix: str = "") -> list[tuple[str, str, bool, bool]]:
+    page = await s.list_versions("b", prefix, "", "", "", 1000)
+    return [(v.key, v.version_id, v.is_latest, v.delete_marker) for v in page.items]
+
+
+async def test_enabled_versioning_keeps_old_versions_and_their_data(stores) -> None:
+    s = await stores.open()
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    assert await s.put_object(rec("k", "w1")) is None
+    assert await s.put_object(rec("k", "w2", "V2"), versioning="enabled") is None
+    assert await s.put_object(rec("k", "w3", "V3"), versioning="enabled") is None
+    assert await queued(s) == []
+    cur = await s.get_object("b", "k")
+    assert (cur.version, cur.version_id) == ("w3", "V3")
+    old = await s.get_object("b", "k", "null")
+    assert isinstance(old, VersionRecord) and old.version == "w1" and not old.is_latest
+    assert (await s.get_object("b", "k", "V3")).is_latest
+    assert await s.get_object("b", "k", "nope") is None
+    assert await versions(s) == [("k", "V3", True, False), ("k", "V2", False, False),
+                                 ("k", "null", False, False)]
+    # a conditional put is checked against the current version
+    assert (await s.put_object(rec("k", "w4", "V4"), if_version="w1",
+                               versioning="enabled")).version == "w3"
+    assert (await s.put_object(rec("k", "w4", "V4"), if_absent=True,
+                               versioning="enabled")).version == "w3"
+    # suspended: the null version is replaced (queued), the others stay
+    assert await s.put_object(rec("k", "w5"), versioning="suspended") is None
+    assert await queued(s) == ["w1.p1"]
+    assert await versions(s) == [("k", "null", True, False), ("k", "V3", False, False),
+                                 ("k", "V2", False, False)]
+    # off on a versioned key behaves as suspended (the null version only)
+    assert await s.put_object(rec("k", "w6", "ignored")) is None
+    assert await queued(s) == ["w5.p1"]
+    assert (await s.get_object("b", "k")).version_id == "null"
+
+
+async def test_delete_markers_hide_the_object_until_removed(stores) -> None:
+    s = await stores.open()
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    await s.put_object(rec("k", "w1", "V1"), versioning="enabled")
+    m = await s.put_delete_marker(marker("k", "M1"), "enabled")
+    assert (m.delete_marker, m.is_latest, m.version_id, m.size) == (True, True, "M1", 0)
+    assert await s.get_object("b", "k") is None
+    assert (await s.head_version("b", "k")).delete_marker
+    assert (await s.list_objects("b", "", "", "", 10)).items == []
+    assert (await s.get_object("b", "k", "V1")).version == "w1"
+    assert await queued(s) == []
+    # a second marker goes on top; deleting the newest still leaves a marker newest
+    await s.put_delete_marker(marker("k", "M2", layout=False), "enabled")
+    assert (await s.delete_version("b", "k", "M2")).delete_marker
+    assert await s.get_object("b", "k") is None
+    # removing the last marker brings V1 back; the marker's archive part is freed
+    assert (await s.delete_version("b", "k", "M1")).version_id == "M1"
+    assert (await s.get_object("b", "k")).version_id == "V1"
+    assert [o.key for o in (await s.list_objects("b", "", "", "", 10)).items] == ["k"]
+    assert await queued(s) == ["dm:M1"]
+    # suspended: a null marker replaces the null version (queued)
+    await s.put_object(rec("k", "w2"), versioning="suspended")
+    await s.put_delete_marker(marker("k", "ignored"), "suspended")
+    assert await versions(s) == [("k", "null", True, True), ("k", "V1", False, False)]
+    assert await queued(s) == ["w2.p1"]
+    # the bucket is not empty while versions or markers remain
+    await s.delete_version("b", "k", "V1")
+    assert await queued(s) == ["w1.p1"]
+    try:
+        await s.delete_bucket("b")
+        raise AssertionError("deleted a bucket holding a delete marker")
+    except Exception as e:
+        assert type(e).__name__ == "BucketNotEmptyError"
+    await s.delete_version("b", "k", "null")
+    assert await s.delete_bucket("b")
+
+
+async def test_deleting_the_current_version_promotes_the_next_newest(stores) -> None:
+    s = await stores.open()
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    for i in range(3):
+        await s.put_object(rec("k", f"w{i}", f"V{i}"), versioning="enabled")
+    assert (await s.delete_version("b", "k", "V1")).is_latest is False
+    assert (await s.get_object("b", "k")).version_id == "V2"
+    assert (await s.delete_version("b", "k", "V2")).is_latest
+    assert (await s.get_object("b", "k")).version_id == "V0"
+    assert await s.delete_version("b", "k", "V2") is None
+    assert (await s.delete_object("b", "k")).version_id == "V0"
+    assert await s.head_version("b", "k") is None
+    assert await queued(s) == ["w0.p1", "w1.p1", "w2.p1"]
+
+
+async def test_delete_many_mixes_versions_markers_and_plain_deletes(stores) -> None:
+    s = await stores.open()
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    await s.put_object(rec("a", "wa", "Va"), versioning="enabled")
+    await s.put_object(rec("b", "wb", "Vb"), versioning="enabled")
+    await s.put_object(rec("c", "wc"), versioning="enabled")  # still needs its own id
+    got = await s.delete_many("b", [DeleteItem("a", "Va"), DeleteItem("b", marker=marker("x", "Mb")),
+                                    DeleteItem("nokey", "V0"), DeleteItem("c")], "enabled")
+    assert [g and g.version_id for g in got] == ["Va", "Mb", None, "null"]
+    assert got[1].key == "b"  # the item's key, not the marker's
+    assert await versions(s) == [("b", "Mb", True, True), ("b", "Vb", False, False)]
+    assert await queued(s) == ["wa.p1", "wc.p1"]
+
+
+async def test_version_listing_pages_resume_inside_a_key(stores) -> None:
+    s = await stores.open()
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    want = []
+    for key in ["a", "d/1", "d/2", "z", "é"]:  # binary order
+        ids = [new_version_id() for _ in range(3)]
+        for i, vid in enumerate(ids):
+            await s.put_object(rec(key, f"{key}{i}", vid), versioning="enabled")
+        want += [(key, vid, i == 2) for i, vid in reversed(list(enumerate(ids)))]
+    for limit in (1, 2, 4, 1000):
+        seen, km, vm = [], "", ""
+        while True:
+            page = await s.list_versions("b", "", "", km, vm, limit)
+            assert len(page.items) <= limit
+            seen += [(v.key, v.version_id, v.is_latest) for v in page.items]
+            if not page.truncated:
+                break
+            km, vm = page.next_marker, page.next_version_marker
+        assert seen == want, limit
+    page = await s.list_versions("b", "", "/", "", "", 4)
+    assert [v.key for v in page.items] == ["a"] * 3 and page.prefixes == ["d/"]
+    assert (page.truncated, page.next_marker, page.next_version_marker) == (True, "d/", None)
+    page = await s.list_versions("b", "", "/", "d/", "", 10)
+    assert [v.key for v in page.items] == ["z"] * 3 + ["é"] * 3 and not page.truncated
+
+
+async def test_tags_and_acls_are_per_version(stores) -> None:
+    s = await stores.open()
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    await s.put_object(rec("k", "w1", "V1"), versioning="enabled")
+    await s.put_object(rec("k", "w2", "V2"), versioning="enabled")
+    assert await s.put_object_tags("b", "k", "V1", {"old": "1"})
+    assert await s.put_object_tags("b", "k", None, {"new": "2"})
+    assert (await s.get_object("b", "k", "V1")).tags == {"old": "1"}
+    assert (await s.get_object("b", "k")).tags == {"new": "2"}
+    assert (await s.get_object("b", "k", "V2")).tags == {"new": "2"}
+    await s.put_delete_marker(marker("k", "M"), "enabled")
+    assert not await s.put_object_acl("b", "k", None, [])   # no current object
+    assert not await s.put_object_acl("b", "k", "M", [])    # a marker has none
+    assert await s.put_object_acl("b", "k", "V2", [{"p": "READ"}])
+    await s.delete_version("b", "k", "M")
+    assert (await s.get_object("b", "k")).acl == [{"p": "READ"}]
+
+
+async def test_part_owners_counts_every_version_and_marker(stores) -> None:
+    s = await stores.open()
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    await s.put_object(rec("k", "w1", "V1"), versioning="enabled")
+    await s.put_delete_marker(marker("k", "M1"), "enabled")
+    owners = await s.part_owners()
+    assert owners["w1.p1"] == owners["dm:M1"] == "live"
+
+
+async def test_migration_makes_existing_objects_null_versions(tmp_path) -> None:
+    path = tmp_path / "old.sqlite"
+    s = SqliteStore(path)
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    await s.put_object(rec("k", "w1"))
+    await s.close()
+    # back to schema 2 as an older gateway left it: no versions table
+    c = sqlite3.connect(path)
+    c.execute("DROP TABLE versions")
+    c.execute("UPDATE schema_version SET version=2")
+    c.commit()
+    c.close()
+    s = SqliteStore(path)
+    try:
+        assert (await s.get_object("b", "k", "null")).version == "w1"
+        await s.put_object(rec("k", "w2", "V2"), versioning="enabled")
+        assert [v.version_id for v in (await s.list_versions("b", "", "", "", "", 9)).items] \
+            == ["V2", "null"]
+    finally:
+        await s.close()

@@ -257,6 +257,15 @@ def test_acls_are_disabled_by_default_and_work_once_enabled(gw, alice, bob, anon
     alice.put_object(Bucket="acls", Key="c", Body=b"c", ACL="public-read")
     assert anon.get_object(Bucket="acls", Key="c")["Body"].read() == b"c"
     assert denied(anon.get_object, Bucket="acls", Key="a") == "AccessDenied"
+    # IgnorePublicAcls: the public grant stays but counts for nothing; BlockPublicAcls
+    # refuses new ones.
+    alice.put_public_access_block(Bucket="acls", PublicAccessBlockConfiguration={
+        "IgnorePublicAcls": True, "BlockPublicAcls": True})
+    assert denied(anon.get_object, Bucket="acls", Key="c") == "AccessDenied"
+    assert denied(alice.put_object_acl, Bucket="acls", Key="a", ACL="public-read") == \
+        "AccessDenied"
+    alice.delete_public_access_block(Bucket="acls")
+    assert anon.get_object(Bucket="acls", Key="c")["Body"].read() == b"c"
     grants = alice.get_object_acl(Bucket="acls", Key="c")["Grants"]
     assert {"Grantee": {"Type": "Group", "URI": "http://acs.amazonaws.com/groups/global/AllUsers"},
             "Permission": "READ"} in grants
@@ -306,6 +315,15 @@ def test_canned_acl_on_create_bucket_and_multipart(alice, anon):
     assert anon.get_object(Bucket="mpacl", Key="big")["Body"].read() == b"m" * 100
     h = alice.head_object(Bucket="mpacl", Key="big")
     assert not any(k.startswith("x-zg") for k in h["ResponseMetadata"]["HTTPHeaders"])
+    # public-read-write: anyone may write (the bucket's owner owns what they write).
+    assert denied(anon.put_object, Bucket="mpacl", Key="drop", Body=b"d") == "AccessDenied"
+    alice.put_bucket_acl(Bucket="mpacl", ACL="public-read-write")
+    anon.put_object(Bucket="mpacl", Key="drop", Body=b"d")
+    assert alice.get_object_acl(Bucket="mpacl", Key="drop")["Owner"]["DisplayName"] == "alice"
+    assert [o["Key"] for o in anon.list_objects_v2(Bucket="mpacl")["Contents"]] == \
+        ["big", "drop"]
+    anon.delete_object(Bucket="mpacl", Key="drop")
+    assert denied(anon.put_bucket_acl, Bucket="mpacl", ACL="private") == "AccessDenied"
 
 
 BAD_POLICIES = [

@@ -10,6 +10,7 @@ import fnmatch
 import ipaddress
 import json
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -288,9 +289,7 @@ def evaluate(who: str | None, action: str, key: str, policy_doc: list[dict] | No
     return d.allowed
 
 
-@settings(max_examples=1200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_evaluator_agrees_with_the_reference_model(data: st.DataObject) -> None:
+def _agrees(data: st.DataObject) -> None:
     who = data.draw(st.sampled_from(USERS + [None]))
     action = data.draw(st.sampled_from(ACTIONS))
     key = data.draw(st.sampled_from(KEYS))
@@ -310,7 +309,20 @@ def test_evaluator_agrees_with_the_reference_model(data: st.DataObject) -> None:
     assert got == want
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_evaluator_agrees_with_the_reference_model(data: st.DataObject) -> None:
+    _agrees(data)
+
+
+@pytest.mark.soak
+@settings(max_examples=50_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_evaluator_agrees_with_the_reference_model_long(data: st.DataObject) -> None:
+    _agrees(data)
+
+
+@settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_a_deny_for_everyone_never_lets_anything_through(data: st.DataObject) -> None:
     """Adding `Deny * s3:* on everything` to any policy denies every request except the
@@ -330,7 +342,7 @@ def test_a_deny_for_everyone_never_lets_anything_through(data: st.DataObject) ->
     assert got == (who == OWNER and action in ("GetBucketPolicy", "PutBucketPolicy"))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_anonymous_is_allowed_only_through_a_public_grant(data: st.DataObject) -> None:
     """Without a statement for everyone and without a grant to AllUsers, an unsigned request

@@ -468,7 +468,8 @@ async def delete_objects(req: S3Request) -> Response:
                 check_key(key)
             except S3Error as e:
                 err = e
-        if err is None and not await access.check_key(req, bucket, "DeleteObject", key):
+        action = "DeleteObjectVersion" if vid else "DeleteObject"
+        if err is None and not await access.check_key(req, bucket, action, key):
             err = S3Error("AccessDenied")
         results.append((key, vxml, err))
     todo = [key for key, _, err in results if err is None]

@@ -2,8 +2,10 @@
 buckets, and every bucket's owner, creation time and region.
 
 A marker is a 0-byte erasure-coded part written through `ErasureCluster.write_part` whose
-archives' meta dict is `{"kind": "bucket", "bucket": {name, owner, created, region}}` (every
-archive carries it: recovery needs no read, only the scan). Its part uid is derived from the
+archives' meta dict is `{"kind": "bucket", "bucket": {name, owner, created, region[, acl]}
+[, "configs": {kind: document}]}` (every archive carries it: recovery needs no read, only the
+scan). A change of the bucket's ACL or configuration documents rewrites the marker under the
+same uid (gateway/ops/bucketconfig.py), so recovery brings those back too. Its part uid is derived from the
 bucket record alone, `bucket:{name}:{created in µs, hex}`, so the gateway finds it again from
 the metadata row (to delete it) and a rewrite of a missing marker replaces any partial one.
 
@@ -61,18 +63,39 @@ def marker_uid(name: str, created: float) -> str:
     return f"{PREFIX}{name}:{round(created * 1_000_000):x}"
 
 
-def marker_meta(rec: BucketRecord) -> dict[str, Any]:
+def marker_meta(rec: BucketRecord, configs: dict[str, str] | None = None) -> dict[str, Any]:
     """The meta dict every archive of the marker carries."""
-    return {"kind": KIND, "bucket": {"name": rec.name, "owner": rec.owner,
-                                     "created": rec.created, "region": rec.region}}
+    b: dict[str, Any] = {"name": rec.name, "owner": rec.owner, "created": rec.created,
+                         "region": rec.region}
+    if rec.acl is not None:
+        b["acl"] = rec.acl
+    meta: dict[str, Any] = {"kind": KIND, "bucket": b}
+    if configs:
+        meta["configs"] = dict(configs)
+    return meta
+
+
+def configs_from_meta(meta: dict[str, Any]) -> dict[str, str]:
+    """The configuration documents a marker's meta carries ({} for none); ValueError when
+    they are malformed."""
+    from gateway.metadata.store import CONFIG_KINDS
+    configs = meta.get("configs") or {}
+    if not isinstance(configs, dict) or not all(
+            k in CONFIG_KINDS and isinstance(v, str) for k, v in configs.items()):
+        raise ValueError("malformed bucket marker: bad configs")
+    return dict(configs)
 
 
 def record_from_meta(meta: dict[str, Any]) -> BucketRecord:
     """The bucket a marker's meta dict describes; ValueError when it is malformed."""
     try:
         b = meta["bucket"]
+        acl = b.get("acl")
+        if acl is not None and not (isinstance(acl, list)
+                                    and all(isinstance(g, dict) for g in acl)):
+            raise ValueError("bad acl")
         rec = BucketRecord(str(b["name"]), str(b["owner"]), float(b["created"]),
-                           str(b["region"]))
+                           str(b["region"]), acl)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"malformed bucket marker: {e!r}") from None
     if not rec.name or not rec.owner:
@@ -85,6 +108,7 @@ class FoundMarkers:
     """The markers a scan found: the newest whole one per bucket, and the rest."""
 
     buckets: dict[str, BucketRecord] = field(default_factory=dict)
+    configs: dict[str, dict[str, str]] = field(default_factory=dict)  # of the buckets' markers
     whole: set[str] = field(default_factory=set)   # part uids with at least k archives
     leftovers: list[Any] = field(default_factory=list)  # ScannedParts with fewer than k
     malformed: list[str] = field(default_factory=list)
@@ -102,6 +126,7 @@ def find_markers(scanned: Iterable[Any]) -> FoundMarkers:
             continue
         try:
             rec = record_from_meta(p.meta)
+            configs = configs_from_meta(p.meta)
         except ValueError as e:
             out.malformed.append(f"{p.part_uid}: {e}")
             continue
@@ -109,6 +134,7 @@ def find_markers(scanned: Iterable[Any]) -> FoundMarkers:
         cur = out.buckets.get(rec.name)
         if cur is None or rec.created > cur.created:
             out.buckets[rec.name] = rec
+            out.configs[rec.name] = configs
     return out
 
 
@@ -117,11 +143,14 @@ async def _no_bytes() -> AsyncIterator[bytes]:
     yield  # an async generator that yields nothing
 
 
-async def write_marker(cluster: Any, rec: BucketRecord) -> None:
-    """Write the bucket's marker; returns once it is durable on the write quorum. Raises
-    erasure.errors.QuorumError (nothing left behind) when too few nodes are up."""
+async def write_marker(cluster: Any, rec: BucketRecord,
+                       configs: dict[str, str] | None = None) -> None:
+    """Write (or rewrite) the bucket's marker, with its ACL and configuration documents;
+    returns once it is durable on the write quorum. Raises erasure.errors.QuorumError
+    (nothing left behind) when too few nodes are up."""
+    meta = marker_meta(rec, configs)
     await cluster.write_part(marker_uid(rec.name, rec.created), _no_bytes(), length=0,
-                             stream=STREAM, meta=lambda _result: marker_meta(rec))
+                             stream=STREAM, meta=lambda _result: meta)
 
 
 async def delete_marker(cluster: Any, store: Any, rec: BucketRecord) -> bool:
@@ -173,7 +202,7 @@ async def ensure_markers(store: Any, cluster: Any, found: FoundMarkers | None = 
             report.present += 1
             continue
         try:
-            await write_marker(cluster, rec)
+            await write_marker(cluster, rec, await store.bucket_configs(rec.name))
             report.written.append(rec.name)
         except ErasureError as e:
             report.failed.append(f"{rec.name}: {e}")

@@ -10,7 +10,8 @@ Every fragment archive carries the caller's meta dict (gateway/storage.py):
   removed at DeleteBucket.
 For each (bucket, key) the newest version wins (last-modified, then version id); older ones are
 queued for deletion after a grace period. A bucket comes back from its marker (owner, creation
-time, region; the newest marker of a name wins), so empty buckets come back too; a bucket with
+time, region, ACL and configuration documents; the newest marker of a name wins), so empty
+buckets come back too; a bucket with
 objects but no marker (created before markers existed) is recreated from its objects as before:
 owned by the owner of its oldest object, created then, in the gateway's region. A marker with
 fewer than k archives is what a DeleteBucket left on a node that was down: it brings nothing
@@ -146,6 +147,9 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
                 rec = BucketRecord(name, owner, created, region)
             if await store.get_bucket(name) is None:
                 await store.create_bucket(rec)
+                # the ACL came with rec; the configuration documents from the marker
+                for kind, doc in found.configs.get(name, {}).items():
+                    await store.put_bucket_config(name, kind, doc)
                 report.buckets += 1
                 report.empty_buckets += name not in owners
         for rec in newest.values():

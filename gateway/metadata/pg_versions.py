@@ -52,13 +52,19 @@ class PgVersions:
     # -- transaction steps --------------------------------------------------------------
     @staticmethod
     async def _lock_key(c: asyncpg.Connection, bucket: str, kb: bytes) -> int | None:
-        """Lock the key's newest version; its seq (None: the key has no version)."""
+        """Lock the key's newest version; its seq (None: the key has no version). Waiting for
+        the lock, another commit may have added a newer version (or removed this one): then
+        the newest is locked in turn (statements under READ COMMITTED see those commits)."""
         seq = await c.fetchval("SELECT seq FROM versions WHERE bucket=$1 AND key=$2 "
                                "ORDER BY seq DESC LIMIT 1 FOR UPDATE", bucket, kb)
-        if seq is not None and seq != await c.fetchval(
-                "SELECT MAX(seq) FROM versions WHERE bucket=$1 AND key=$2", bucket, kb):
-            raise Again  # a newer version was committed while we waited for the lock
-        return seq
+        for _ in range(1000):
+            newest = await c.fetchval("SELECT MAX(seq) FROM versions WHERE bucket=$1 AND "
+                                      "key=$2", bucket, kb)
+            if newest == seq:
+                return seq
+            seq = await c.fetchval("SELECT seq FROM versions WHERE bucket=$1 AND key=$2 "
+                                   "AND seq=$3 FOR UPDATE", bucket, kb, newest)
+        raise Again
 
     @staticmethod
     async def _insert_version(c: asyncpg.Connection, rec: ObjectRecord, version_id: str,

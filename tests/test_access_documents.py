@@ -145,3 +145,20 @@ def test_ownership_and_public_access_block_xml(data):
             parse(bad.encode("utf-8", "surrogatepass"))
         except S3Error as e:
             assert e.code == "MalformedXML"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(json_values, max_size=4))
+def test_stored_grants_that_cannot_be_read_grant_nothing(stored):
+    """A stored ACL (from a marker, an older or newer gateway) is never an error: entries
+    that are not grants are ignored."""
+    got = acl.from_list(stored, "alice")
+    assert all(g.kind in ("id", "uri") and g.permission in acl.PERMISSIONS for g in got)
+
+
+def test_stored_grants_round_trip_and_other_spellings():
+    grants = [acl.owner_grant("alice"), acl.Grant("uri", acl.ALL_USERS, "READ")]
+    assert acl.from_list(acl.to_list(grants), "alice") == grants
+    assert acl.from_list([{"grantee": {"type": "Group", "uri": "AllUsers"},
+                           "permission": "READ"}], "alice") == [grants[1]]
+    assert acl.from_list(None, "alice") == [acl.owner_grant("alice")]

@@ -58,11 +58,25 @@ def from_list(stored: list[dict[str, Any]] | None, owner: str) -> list[Grant]:
     """The stored grants; None means the default (the owner's FULL_CONTROL)."""
     if stored is None:
         return [owner_grant(owner)]
-    out = []
-    for d in stored:
-        kind = "id" if "id" in d else "uri"
-        out.append(Grant(kind, str(d[kind]), str(d["permission"])))
-    return out
+    return [g for g in map(_stored_grant, stored) if g is not None]
+
+
+_GROUP_NAMES = {u.rsplit("/", 1)[1]: u for u in GROUPS}
+
+
+def _stored_grant(d: Any) -> Grant | None:
+    """One stored grant; an entry that cannot be read grants nothing (never an error).
+    Also reads the {"grantee": {"type", "id" | "uri"}, "permission"} spelling."""
+    if not isinstance(d, dict) or d.get("permission") not in PERMISSIONS:
+        return None
+    src = d.get("grantee") if isinstance(d.get("grantee"), dict) else d
+    if isinstance(src.get("id"), str) and is_canonical_id(src["id"]):
+        return Grant("id", src["id"], d["permission"])
+    uri = src.get("uri")
+    uri = _GROUP_NAMES.get(uri, uri) if isinstance(uri, str) else None
+    if uri in GROUPS:
+        return Grant("uri", uri, d["permission"])
+    return None
 
 
 def canned(name: str, owner: str, bucket_owner: str | None = None) -> list[Grant]:

@@ -17,6 +17,7 @@ from gateway.access import acl
 from gateway.access.evaluate import BucketAccess
 from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord, UploadRecord
+from gateway.ops.bucketconfig import save_bucket_acl
 from gateway.ops.common import S3Request, read_small_body, require_bucket, xml_response
 
 UPLOAD_ACL_HEADER = "x-zg-acl"  # kept in an upload's stored headers until it completes
@@ -78,8 +79,7 @@ async def put_bucket_acl(req: S3Request) -> Response:
         return Response(b"")
     if access.pab.block_public_acls and acl.is_public(grants):
         raise S3Error("AccessDenied")
-    if not await req.gw.store.put_bucket_acl(b.name, acl.to_list(grants)):
-        raise S3Error("NoSuchBucket", BucketName=b.name, resource="/" + b.name)
+    await save_bucket_acl(req.gw, b.name, acl.to_list(grants))  # store, then the marker
     return Response(b"")
 
 

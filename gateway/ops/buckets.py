@@ -74,10 +74,12 @@ async def create_bucket(req: S3Request) -> Response:
                 return Response(b"", headers={"Location": "/" + name})
             raise S3Error("BucketAlreadyOwnedByYou", BucketName=name)
         raise S3Error("BucketAlreadyExists", BucketName=name)
+    configs = {}
     if ownership is not None:
-        await req.gw.store.put_bucket_config(name, "ownership", ctl.ownership_doc(ownership))
+        configs["ownership"] = ctl.ownership_doc(ownership)
+        await req.gw.store.put_bucket_config(name, "ownership", configs["ownership"])
     try:
-        await bucketmarkers.write_marker(req.gw.storage.cluster, rec)
+        await bucketmarkers.write_marker(req.gw.storage.cluster, rec, configs or None)
     except BaseException as e:
         await _undo_create(req, rec)
         if isinstance(e, ErasureError):

@@ -10,22 +10,14 @@ from gateway.access import acl
 from gateway.access import controls as ctl
 from gateway.access.policy import MAX_POLICY_BYTES, parse_policy
 from gateway.errors import S3Error
+from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import S3_NS, S3Request, read_small_body, require_bucket, xml_response
 
 
 async def save_config(req: S3Request, kind: str, doc: str | None) -> None:
-    """Store (or drop) a bucket configuration document, through the shared helper that also
-    rewrites the bucket's marker when it exists."""
-    try:
-        from gateway.ops.bucketconfig import save_bucket_config  # type: ignore[import-not-found]
-    except ImportError:
-        save_bucket_config = None
-    if save_bucket_config is not None:
-        ok = await save_bucket_config(req.gw, req.bucket, kind, doc)
-    else:
-        ok = await req.gw.store.put_bucket_config(req.bucket, kind, doc)
-    if ok is False:
-        raise S3Error("NoSuchBucket", BucketName=req.bucket, resource="/" + req.bucket)
+    """Store (or drop) a bucket configuration document and rewrite the bucket's marker, so
+    recover-metadata brings it back (gateway/ops/bucketconfig.py)."""
+    await save_bucket_config(req.gw, req.bucket, kind, doc)
 
 
 # ---- policy ------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from gateway.metadata import BucketRecord, ObjectRecord, SqliteStore
+from gateway.metadata import BucketRecord, ObjectRecord
 from gateway.metadata.store import DeleteItem, VersionRecord
 from gateway.metadata.versionids import new_version_id
 from tests import storebackends
@@ -30,6 +30,7 @@ async def queued(s) -> list[str]:
 
 
 async def versions(s, prefix: str = "") -> list[tuple[str, str, bool, bool]]:
+    """(key, version id, is_latest, delete_marker) of every version in bucket b."""
     page = await s.list_versions("b", prefix, "", "", "", 1000)
     return [(v.key, v.version_id, v.is_latest, v.delete_marker) for v in page.items]
 
@@ -184,26 +185,56 @@ async def test_part_owners_counts_every_version_and_marker(stores) -> None:
     assert owners["w1.p1"] == owners["dm:M1"] == "live"
 
 
-async def test_migration_makes_existing_objects_null_versions(tmp_path) -> None:
-    path = tmp_path / "old.sqlite"
-    s = SqliteStore(path)
-    await s.create_bucket(BucketRecord("b", "alice", 1.0))
-    await s.put_object(rec("k", "w1"))
-    await s.close()
-    # back to schema 2 as an older gateway left it: no versions table
-    c = sqlite3.connect(path)
-    c.execute("DROP TABLE versions")
-    c.execute("UPDATE schema_version SET version=2")
-    c.commit()
-    c.close()
-    s = SqliteStore(path)
-    try:
-        assert (await s.get_object("b", "k", "null")).version == "w1"
-        await s.put_object(rec("k", "w2", "V2"), versioning="enabled")
-        assert [v.version_id for v in (await s.list_versions("b", "", "", "", "", 9)).items] \
-            == ["V2", "null"]
-    finally:
-        await s.close()
+def before_versions(migrations: list[str]) -> int:
+    """The schema version just before the versions table came."""
+    return next(i for i, m in enumerate(migrations) if "CREATE TABLE versions" in m)
+
+
+async def test_migration_makes_existing_objects_null_versions(stores) -> None:
+    """A store an older gateway left (the migrations before the versions table, an object in
+    it) is upgraded at open: the object becomes its key's null version."""
+    from gateway.metadata import postgres, sqlite
+    target = stores.new_target()
+    row = ("b", b"k", 1, "e", 1.0, "alice", "w1", "{}", "{}", "{}",
+           '[{"number": 1, "size": 1, "etag": "e", "layout": {"part_uid": "w1.p1"}}]')
+    cols = "bucket, key, size, etag, last_modified, owner, version, headers, user_meta, " \
+           "checksum, parts"
+    if stores.backend == "sqlite":
+        v = before_versions(sqlite.MIGRATIONS)
+        c = sqlite3.connect(target)
+        c.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        c.execute("INSERT INTO schema_version VALUES (?)", (v,))
+        for m in sqlite.MIGRATIONS[:v]:
+            c.executescript(m)
+        c.execute("INSERT INTO buckets (name, owner, created, region) VALUES "
+                  "('b', 'alice', 1.0, 'us-east-1')")
+        c.execute(f"INSERT INTO objects ({cols}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", row)
+        c.commit()
+        c.close()
+    else:
+        import asyncpg
+        v = before_versions(postgres.MIGRATIONS)
+        c = await asyncpg.connect(target, password=stores.server.password_file.read_text()
+                                  .strip())
+        await c.execute("CREATE TABLE zonegate_schema (version INTEGER PRIMARY KEY, "
+                        "applied DOUBLE PRECISION NOT NULL)")
+        for n, m in enumerate(postgres.MIGRATIONS[:v]):
+            await c.execute(m)
+            await c.execute("INSERT INTO zonegate_schema VALUES ($1, 0)", n + 1)
+        await c.execute("INSERT INTO buckets (name, owner, created, region) VALUES "
+                        "('b', 'alice', 1.0, 'us-east-1')")
+        await c.execute(f"INSERT INTO objects ({cols}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,"
+                        "$10,$11)", *row)
+        await c.close()
+    s = await stores.open(target)
+    assert (await s.get_object("b", "k")).version_id == "null"
+    assert (await s.get_object("b", "k", "null")).version == "w1"
+    assert (await s.head_version("b", "k")).is_latest
+    await s.put_object(rec("k", "w2", "V2"), versioning="enabled")
+    assert [v.version_id for v in (await s.list_versions("b", "", "", "", "", 9)).items] \
+        == ["V2", "null"]
+    assert await queued(s) == []
+    assert (await s.part_owners())["w1.p1"] == "live"
 
 
 async def test_concurrent_writes_to_one_key_keep_every_version(stores) -> None:
@@ -236,3 +267,22 @@ async def test_concurrent_writes_to_one_key_keep_every_version(stores) -> None:
                                     for i in range(4)))
     names = [c.bucket for cl in claims for c in cl]
     assert sorted(names) == ["l1", "l2", "l3", "l4"]
+
+
+async def test_racing_first_writes_of_a_key_one_if_absent_wins(stores) -> None:
+    """Conditional first writes of fresh keys race (nothing to lock yet on PostgreSQL): one
+    wins per key, whatever the versioning, and nothing it wrote is queued."""
+    import asyncio
+    where = stores.new_target()
+    many = [await stores.open(where) for _ in range(3)]  # several pools / connections
+    target = many[0]
+    await target.create_bucket(BucketRecord("b", "alice", 1.0))
+    for n in range(12):
+        key = f"fresh{n}"
+        results = await asyncio.gather(*(
+            s.put_object(rec(key, f"w{n}-{i}", f"V{n}-{i}"), if_absent=True,
+                         versioning=("off", "enabled", "suspended")[i % 3])
+            for i, s in enumerate(many * 4)))
+        assert sum(r is None for r in results) == 1, key
+        assert len(await versions(target, key)) == 1
+    assert await queued(target) == []

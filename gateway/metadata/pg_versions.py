@@ -48,6 +48,13 @@ def _ver(r: Any, is_latest: bool) -> VersionRecord:
     return as_version(obj_row(r), is_latest, bool(r[16]))
 
 
+def _unseen(latest: int | None, row: Any) -> None:
+    """A version this transaction removes must be one it saw under its lock: with no version
+    seen (nothing to lock), one committed since by another writer means run again."""
+    if row is not None and (latest is None or row[15] > latest):
+        raise Again
+
+
 class PgVersions:
     # -- transaction steps --------------------------------------------------------------
     @staticmethod
@@ -97,7 +104,8 @@ class PgVersions:
     async def _del_current(self, c: asyncpg.Connection, bucket: str, key: str,
                            freed: list[dict]) -> ObjectRecord | None:
         kb = key_bytes(key)
-        await self._lock_key(c, bucket, kb)
+        if await self._lock_key(c, bucket, kb) is None:
+            return None  # no version, so no current object
         row = await c.fetchrow(f"SELECT {OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2",
                                bucket, kb)
         if row is None:
@@ -116,6 +124,7 @@ class PgVersions:
         row = await self._take(c, bucket, kb, version_id)
         if row is None:
             return None
+        _unseen(latest, row)
         if row[15] == latest:
             await self._sync_current(c, bucket, kb)
         v = _ver(row, row[15] == latest)
@@ -132,6 +141,7 @@ class PgVersions:
         latest = await self._lock_key(c, marker.bucket, kb)
         m = marker_record(marker, marker.version_id if versioning == "enabled" else "null")
         replaced = await self._take(c, marker.bucket, kb, m.version_id)
+        _unseen(latest, replaced)
         if replaced is not None:
             freed += obj_row(replaced).layouts()
         await self._insert_version(c, m, m.version_id, True, latest)
@@ -159,6 +169,8 @@ class PgVersions:
             row = await c.fetchrow(f"SELECT {OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2",
                                    rec.bucket, kb)
             old = obj_row(row) if row else None
+            if latest is None and old is not None:
+                raise Again  # the key's first version was committed since we looked
             if if_absent and old is not None:
                 return old
             if if_version is not None and (old is None or old.version != if_version):
@@ -177,6 +189,7 @@ class PgVersions:
             await self._release(c, release)
             # off / suspended: the null version is replaced; enabled: a new version on top
             replaced = await self._take(c, rec.bucket, kb, vid)
+            _unseen(latest, replaced)
             await self._insert_version(c, rec, vid, False, latest)
             await c.execute(f"INSERT INTO objects ({OBJ_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,"
                             f"$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT (bucket, key) DO "

@@ -25,11 +25,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway import auth
-from gateway.auth import StaticCredentials
 from gateway.errors import S3Error, error_xml
 from gateway.lifecycle.worker import LifecycleWorker
 from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
 from gateway.ops import (
+    acl_ops,
     buckets,
     copy,
     cors,
@@ -37,12 +37,15 @@ from gateway.ops import (
     listing,
     multipart,
     objects,
+    policy_ops,
     service,
     tags,
     versioning,
 )
+from gateway.ops.access import action_for, hide_missing
 from gateway.ops.common import S3Request, new_request_id
 from gateway.storage import Storage
+from gateway.users import UserDirectory
 from zonestore.logsetup import REQUEST_ID
 
 log = logging.getLogger("zonegate.gateway")
@@ -92,6 +95,7 @@ class Gateway:
         self.upload_ttl = float(gw.get("abandoned_upload_seconds", ABANDONED_UPLOAD_AGE))
         free_delay = float(gw.get("free_delay_seconds", FREE_DELAY))
         self.store = store or store_from_config(gw, free_delay=free_delay)
+        self.directory = UserDirectory(self.users.values(), self.store)
         self.storage = storage or Storage.from_config(config, self.store)
         self._sweeper: asyncio.Task | None = None
         self._kick = asyncio.Event()
@@ -270,6 +274,19 @@ def route(req: S3Request) -> Handler:
             ("PUT", frozenset({"cors"})): cors.put_bucket_cors,
             ("GET", frozenset({"cors"})): cors.get_bucket_cors,
             ("DELETE", frozenset({"cors"})): cors.delete_bucket_cors,
+            # access control (acl15)
+            ("GET", frozenset({"acl"})): acl_ops.get_bucket_acl,
+            ("PUT", frozenset({"acl"})): acl_ops.put_bucket_acl,
+            ("GET", frozenset({"policy"})): policy_ops.get_policy,
+            ("PUT", frozenset({"policy"})): policy_ops.put_policy,
+            ("DELETE", frozenset({"policy"})): policy_ops.delete_policy,
+            ("GET", frozenset({"policyStatus"})): policy_ops.get_policy_status,
+            ("GET", frozenset({"ownershipControls"})): policy_ops.get_ownership,
+            ("PUT", frozenset({"ownershipControls"})): policy_ops.put_ownership,
+            ("DELETE", frozenset({"ownershipControls"})): policy_ops.delete_ownership,
+            ("GET", frozenset({"publicAccessBlock"})): policy_ops.get_pab,
+            ("PUT", frozenset({"publicAccessBlock"})): policy_ops.put_pab,
+            ("DELETE", frozenset({"publicAccessBlock"})): policy_ops.delete_pab,
         }
         if m == "GET" and not subs:
             return listing.list_objects_v2 if q.get("list-type") == "2" else listing.list_objects
@@ -291,6 +308,9 @@ def route(req: S3Request) -> Handler:
         ("GET", frozenset({"uploadId"})): multipart.list_parts,
         ("DELETE", frozenset({"uploadId"})): multipart.abort_upload,
         **OBJECT_CONFIG_ROUTES,
+        # access control (acl15)
+        ("GET", frozenset({"acl"})): acl_ops.get_object_acl,
+        ("PUT", frozenset({"acl"})): acl_ops.put_object_acl,
     }
     if m == "PUT" and not subs:
         return copy.copy_object if copying else objects.put_object
@@ -302,27 +322,33 @@ def route(req: S3Request) -> Handler:
     return h
 
 
-def _credentials(gw: Gateway) -> StaticCredentials:
-    creds = getattr(gw, "_creds", None)
-    if creds is None:
-        creds = StaticCredentials.from_config(
-            [{"name": u.name, "access_key": u.access_key, "secret_key": u.secret_key}
-             for u in gw.users.values()])
-        gw._creds = creds  # type: ignore[attr-defined]
-    return creds
-
-
 async def authenticate(req: S3Request, target: Target) -> None:
     """Verify the signature (SigV4/V2, header or query) of the resource `target` names (the
-    one the request will be served from). Anonymous requests are denied: no bucket policies
-    exist to allow them. The body is verified later, as it streams."""
+    one the request will be served from), with the config's users and the store's (loaded
+    on first use, see gateway/users.py). An unsigned request goes on as anonymous (req.user
+    ""): the bucket's policy or ACL decides. The body is verified later, as it streams."""
     request = req.request
     query = auth.parse_query(request.scope.get("query_string", b""))
-    res = auth.authenticate(request.method, target.raw_path, query, request.headers,
-                            _credentials(req.gw), resource_prefix=target.resource_prefix)
-    if res.user is None:
-        raise S3Error("AccessDenied")
-    req.user = res.user
+    directory = req.gw.directory
+    asked: list[str] = []
+
+    def lookup(access_key: str) -> tuple[str, str] | None:
+        asked.append(access_key)
+        return directory.lookup(access_key)
+
+    def verify() -> auth.AuthResult:
+        return auth.authenticate(request.method, target.raw_path, query, request.headers,
+                                 lookup, resource_prefix=target.resource_prefix,
+                                 allow_anonymous=True)
+    try:
+        res = verify()
+    except S3Error as e:
+        # A key the config does not have may be a store user's: load it, verify again.
+        if e.code != "InvalidAccessKeyId" or not asked or not directory.needs_load(asked[-1]):
+            raise
+        await directory.load(asked[-1])
+        res = verify()
+    req.user = res.user or ""
     req.auth = res
 
 
@@ -378,6 +404,7 @@ def create_app(config_path_or_config: Any) -> Starlette:
         rid = new_request_id()
         REQUEST_ID.set(rid)  # every log line while serving this request names it
         resource = "/"
+        req: S3Request | None = None
         try:
             target = request_target(gw, request)
             bucket, key = target.bucket, target.key
@@ -386,8 +413,14 @@ def create_app(config_path_or_config: Any) -> Starlette:
             if request.method != "OPTIONS":  # a CORS preflight is never signed
                 await authenticate(req, target)
             handler = route(req)
+            req.extra["action"] = action_for(req, handler)
             resp = await handler(req)
         except S3Error as e:
+            if e.code == "NoSuchKey" and req is not None:
+                try:
+                    e = await hide_missing(req, e)
+                except S3Error as e2:  # the store failed: say so rather than guess
+                    e = e2
             resp = error_response(e, rid, request.method, resource)
             if await _drain(request):
                 resp.headers["Connection"] = "close"

@@ -13,6 +13,7 @@ from gateway import dev as gateway_dev
 from gateway import recover as gateway_recover
 from gateway import serve as gateway_serve
 from gateway import status as gateway_status
+from gateway import usercli as gateway_users
 from gateway.metadata import cli as gateway_metadata
 from zonestore import cli as zonestore_cli
 
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway_bucketmarkers.register(sub)
     gateway_status.register(sub)
     gateway_metadata.register(sub)
+    gateway_users.register(sub)
     return parser
 
 

@@ -17,6 +17,7 @@ from xml.sax.saxutils import escape
 # compatibility suites look at them.
 ERRORS: dict[str, tuple[int, str]] = {
     "AccessDenied": (403, "Access Denied"),
+    "AccessControlListNotSupported": (400, "The bucket does not allow ACLs"),
     "AuthorizationHeaderMalformed": (400, "The authorization header is malformed."),
     "AuthorizationQueryParametersError": (
         400, "Error parsing the X-Amz-Credential parameter or another query auth parameter."),
@@ -42,6 +43,8 @@ ERRORS: dict[str, tuple[int, str]] = {
         403, "The AWS Access Key Id you provided does not exist in our records."),
     "InvalidArgument": (400, "Invalid Argument"),
     "InvalidBucketName": (400, "The specified bucket is not valid."),
+    "InvalidBucketAclWithObjectOwnership": (
+        400, "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting"),
     "InvalidBucketState": (409, "The request is not valid with the current state of the bucket."),
     "InvalidChunkSizeError": (400, "Only the last chunk is allowed to have a size less than "
                                    "8192 bytes"),
@@ -62,6 +65,10 @@ ERRORS: dict[str, tuple[int, str]] = {
     "InvalidTag": (400, "The tag provided was not a valid tag."),
     "InvalidURI": (400, "Couldn't parse the specified URI."),
     "KeyTooLongError": (400, "Your key is too long"),
+    "MalformedACLError": (
+        400, "The XML you provided was not well-formed or did not validate against our "
+             "published schema"),
+    "MalformedPolicy": (400, "Policies must be valid JSON and the first byte must be '{'"),
     "MalformedTrailerError": (
         400, "The request contained trailing data that was not well-formed or did not "
              "conform to our published schema."),
@@ -81,6 +88,8 @@ ERRORS: dict[str, tuple[int, str]] = {
     "NoSuchKey": (404, "The specified key does not exist."),
     "NoSuchLifecycleConfiguration": (404, "The lifecycle configuration does not exist"),
     "NoSuchTagSet": (404, "The TagSet does not exist"),
+    "NoSuchPublicAccessBlockConfiguration": (
+        404, "The public access block configuration was not found"),
     "NoSuchUpload": (
         404, "The specified upload does not exist. The upload ID may be invalid, or the upload "
              "may have been aborted or completed."),
@@ -88,6 +97,7 @@ ERRORS: dict[str, tuple[int, str]] = {
     "NotImplemented": (501, "A header you provided implies functionality that is not "
                             "implemented."),
     "NotModified": (304, "Not Modified"),
+    "OwnershipControlsNotFoundError": (404, "The bucket ownership controls were not found"),
     "OperationAborted": (
         409, "A conflicting conditional operation is currently in progress against this "
              "resource. Please try again."),
@@ -104,6 +114,9 @@ ERRORS: dict[str, tuple[int, str]] = {
              "Check your key and signing method."),
     "SlowDown": (503, "Please reduce your request rate."),
     "TooManyBuckets": (400, "You have attempted to create more buckets than allowed"),
+    "UnexpectedContent": (400, "This request does not support content"),
+    "UnresolvableGrantByEmailAddress": (
+        400, "The e-mail address you provided does not match any account on record."),
     "XAmzContentSHA256Mismatch": (
         400, "The provided 'x-amz-content-sha256' header does not match what was computed."),
 }

@@ -15,6 +15,8 @@ from starlette.responses import Response
 
 from erasure.errors import ErasureError
 from gateway import bucketmarkers
+from gateway.access import acl
+from gateway.access import controls as ctl
 from gateway.errors import S3Error
 from gateway.metadata import BucketRecord
 from gateway.metadata.store import BucketNotEmptyError
@@ -50,8 +52,11 @@ def valid_bucket_name(name: str) -> bool:
 
 async def create_bucket(req: S3Request) -> Response:
     name = req.bucket
+    if not req.user:
+        raise S3Error("AccessDenied")  # an anonymous request owns nothing
     if not valid_bucket_name(name):
         raise S3Error("InvalidBucketName", BucketName=name)
+    ownership, grants = await creation_access(req)
     region = req.gw.region
     data = await read_small_body(req, 64 * 1024)
     if data.strip():
@@ -61,7 +66,7 @@ async def create_bucket(req: S3Request) -> Response:
         lc = root.find("LocationConstraint")
         if lc is not None and (lc.text or "").strip():
             region = (lc.text or "").strip()
-    rec = BucketRecord(name, req.user, now(), region)
+    rec = BucketRecord(name, req.user, now(), region, acl=grants)
     existing = await req.gw.store.create_bucket(rec)
     if existing is not None:
         if existing.owner == req.user:
@@ -70,8 +75,12 @@ async def create_bucket(req: S3Request) -> Response:
                 return Response(b"", headers={"Location": "/" + name})
             raise S3Error("BucketAlreadyOwnedByYou", BucketName=name)
         raise S3Error("BucketAlreadyExists", BucketName=name)
+    configs = {}
+    if ownership is not None:
+        configs["ownership"] = ctl.ownership_doc(ownership)
+        await req.gw.store.put_bucket_config(name, "ownership", configs["ownership"])
     try:
-        await bucketmarkers.write_marker(req.gw.storage.cluster, rec)
+        await bucketmarkers.write_marker(req.gw.storage.cluster, rec, configs or None)
     except BaseException as e:
         await _undo_create(req, rec)
         if isinstance(e, ErasureError):
@@ -80,6 +89,26 @@ async def create_bucket(req: S3Request) -> Response:
                           "bucket was not created. Please retry.") from None
         raise
     return Response(b"", headers={"Location": "/" + name})
+
+
+async def creation_access(req: S3Request) -> tuple[str | None, list[dict] | None]:
+    """CreateBucket's x-amz-object-ownership and ACL headers: (ownership to store, grants to
+    store). With ACLs disabled (BucketOwnerEnforced, the default) only an ACL giving the owner
+    alone full control is accepted (InvalidBucketAclWithObjectOwnership); a public ACL is
+    refused (AccessDenied) since a new bucket blocks public ACLs."""
+    raw = req.headers.get("x-amz-object-ownership")
+    ownership = ctl.check_ownership(raw.strip()) if raw is not None else None
+    ids = await req.gw.directory.ids()
+    grants = acl.from_headers(req.headers, req.user, ids.get)
+    if grants is None or grants == [acl.owner_grant(req.user)]:
+        return ownership, None
+    if (ownership or ctl.DEFAULT_OWNERSHIP) == "BucketOwnerEnforced":
+        if not acl.only_owner(grants, req.user):
+            raise S3Error("InvalidBucketAclWithObjectOwnership")
+        return ownership, None
+    if acl.is_public(grants):
+        raise S3Error("AccessDenied")
+    return ownership, acl.to_list(grants)
 
 
 async def _undo_create(req: S3Request, rec: BucketRecord) -> None:

@@ -124,7 +124,9 @@ def strip_etag(text: str) -> str:
 
 
 def owner_xml(name: str, tag: str = "Owner") -> str:
-    return f"<{tag}><ID>{x(name)}</ID><DisplayName>{x(name)}</DisplayName></{tag}>"
+    """An Owner (Initiator...) element: the user's canonical id and display name."""
+    from gateway.access.identity import canonical_id
+    return f"<{tag}><ID>{canonical_id(name)}</ID><DisplayName>{x(name)}</DisplayName></{tag}>"
 
 
 def now() -> float:
@@ -224,12 +226,13 @@ def requested_checksum_algorithm(name: str) -> str:
 
 
 async def require_bucket(req: S3Request) -> Any:
-    """The request's bucket record; NoSuchBucket / AccessDenied as S3 answers."""
+    """The request's bucket record, once the request may do its action there (policy, ACL,
+    ownership: gateway/ops/access.py); NoSuchBucket / AccessDenied as S3 answers."""
     b = await req.gw.store.get_bucket(req.bucket)
     if b is None:
         raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
-    if b.owner != req.user:
-        raise S3Error("AccessDenied")
+    from gateway.ops.access import authorize
+    await authorize(req, b)
     return b
 
 

@@ -16,6 +16,8 @@ from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
 from gateway.numbers import parse_uint, shown
 from gateway.ops import versioning
+from gateway.ops.access import authorize_source
+from gateway.ops.acl_ops import new_object_acl
 from gateway.ops.common import (
     MAX_PART_SIZE,
     S3_NS,
@@ -64,8 +66,7 @@ async def resolve_copy_source(req: S3Request) -> ObjectRecord:
     b = await req.gw.store.get_bucket(bucket)
     if b is None:
         raise S3Error("NoSuchBucket", BucketName=bucket, resource="/" + bucket)
-    if b.owner != req.user:
-        raise S3Error("AccessDenied")
+    await authorize_source(req, b, key)
     try:
         src = await versioning.object_for_read(req, bucket, key, vid)
     except S3Error as e:
@@ -123,10 +124,11 @@ async def copy_object(req: S3Request) -> Response:
         algo = requested_checksum_algorithm(algo)
     else:
         algo = src.checksum.get("algorithm", "") if src.checksum.get("type") != "COMPOSITE" else ""
+    owner, grants = await new_object_acl(req)
     if_absent, if_version = await put_conditions(req)
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
-                       owner=req.user, version=new_version(), headers=headers, user_meta=meta,
-                       tags=copy_tags(req, src))
+                       owner=owner, version=new_version(), headers=headers, user_meta=meta,
+                       tags=copy_tags(req, src), acl=grants)
     await versioning.prepare_write(req, rec)
     body = CopyBody(req.gw.storage.read(src.parts, 0, src.size), src.size, algo)
     mark = await write_single(req, rec, body)

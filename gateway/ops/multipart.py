@@ -24,6 +24,7 @@ from gateway.metadata import ObjectRecord, PartRecord, UploadRecord
 from gateway.metadata.store import NoSuchBucketError, UploadChangedError
 from gateway.numbers import INT32_MAX, parse_uint
 from gateway.ops import versioning
+from gateway.ops.acl_ops import from_upload, upload_acl_headers
 from gateway.ops.common import (
     MAX_PART_SIZE,
     MAX_PARTS,
@@ -103,7 +104,9 @@ async def create_upload(req: S3Request) -> Response:
         raise S3Error("InvalidRequest", "The x-amz-checksum-type header can only be used with "
                       "the x-amz-checksum-algorithm header.")
     up = UploadRecord(upload_id=new_version(), bucket=req.bucket, key=req.key, owner=req.user,
-                      initiated=now(), headers=upload_headers_with_tags(req, stored_headers(req)),
+                      initiated=now(),
+                      headers=await upload_acl_headers(
+                          req, upload_headers_with_tags(req, stored_headers(req))),
                       user_meta=user_metadata(req),
                       checksum_algorithm=algo, checksum_type=ctype)
     try:
@@ -211,7 +214,8 @@ async def _complete_again(req: S3Request, unknown: S3Error) -> Response:
     version and the same parts are listed; anything else is NoSuchUpload."""
     upload_id = req.query.get("uploadId", "")
     obj = await req.gw.store.get_object(req.bucket, req.key) if upload_id else None
-    if obj is None or obj.version != upload_id or obj.owner != req.user:
+    # (The caller may write this key: require_bucket checked; the upload id is the write's.)
+    if obj is None or obj.version != upload_id:
         raise unknown
     listed = await _listed_parts(req)
     if [(n, etag) for n, etag, _ in listed] != [(p["number"], p["etag"]) for p in obj.parts]:
@@ -291,9 +295,10 @@ async def complete_upload(req: S3Request) -> Response:
         raise S3Error("InvalidRequest", f"The upload was created using a {algo} checksum. The "
                       f"complete request must include the checksum for each part.")
     _check_object_checksum(req, up, checksum)
-    headers, tags = split_upload_tags(up.headers)  # CreateMultipartUpload's x-amz-tagging
+    acl_headers, owner, grants = from_upload(up)
+    headers, tags = split_upload_tags(acl_headers)  # CreateMultipartUpload's x-amz-tagging
     rec = ObjectRecord(bucket=up.bucket, key=up.key, size=sum(p.size for p in parts), etag=etag,
-                       last_modified=now(), owner=up.owner, version=up.upload_id,
+                       last_modified=now(), owner=owner, version=up.upload_id, acl=grants,
                        headers=headers, user_meta=up.user_meta, checksum=checksum, tags=tags,
                        parts=[{"number": p.number, "size": p.size, "etag": p.etag,
                                "layout": p.layout, "checksum": p.checksum} for p in parts])

@@ -18,6 +18,7 @@ from gateway.metadata import ObjectRecord
 from gateway.metadata.store import NoSuchBucketError
 from gateway.numbers import parse_uint, shown
 from gateway.ops import versioning
+from gateway.ops.acl_ops import new_object_acl
 from gateway.ops.common import (
     MAX_PART_SIZE,
     MAX_PARTS,
@@ -242,14 +243,15 @@ async def put_object(req: S3Request) -> Response:
     headers = stored_headers(req)
     meta = user_metadata(req)
     tags = request_tags(req)
+    owner, grants = await new_object_acl(req)
     if_absent, if_version = await put_conditions(req)
     body = request_body(req, max_size=MAX_PART_SIZE)
     if body.expected_size is None and "chunked" not in \
             req.headers.get("transfer-encoding", "").lower():
         raise S3Error("MissingContentLength")
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
-                       owner=req.user, version=new_version(), headers=headers, user_meta=meta,
-                       tags=tags)
+                       owner=owner, version=new_version(), headers=headers, user_meta=meta,
+                       tags=tags, acl=grants)
     await versioning.prepare_write(req, rec)
     if body.expected_size is None:
         marks = await write_streamed(req, rec, body)

@@ -20,6 +20,8 @@ def _untoken(token: str) -> str:
 
 
 async def list_buckets(req: S3Request) -> Response:
+    if not req.user:
+        raise S3Error("AccessDenied")  # an anonymous request owns no buckets
     prefix = req.query.get("prefix", "")
     token = req.query.get("continuation-token")
     after = _untoken(token) if token else ""

@@ -21,6 +21,7 @@ from gateway.deletemarkers import new_marker, write_markers
 from gateway.errors import S3Error
 from gateway.metadata.store import DeleteItem, NoSuchBucketError, ObjectRecord
 from gateway.metadata.versionids import new_version_id
+from gateway.ops import access
 from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import (
     MAX_DELETE_KEYS,
@@ -251,7 +252,7 @@ def _deleted_xml(key: str, vid: str | None, res: Any, marker_made: bool) -> str:
 async def delete_objects(req: S3Request) -> Response:
     """DeleteObjects: every entry checked, the markers a versioned bucket needs written to the
     nodes (concurrently, one pending-mark commit), then one store transaction for all."""
-    await require_bucket(req)
+    bucket = await require_bucket(req)
     root = parse_xml(await read_small_body(req))
     if root.tag != "Delete":
         raise S3Error("MalformedXML")
@@ -273,6 +274,9 @@ async def delete_objects(req: S3Request) -> Response:
         except S3Error as e:
             # S3 reports a version id that cannot exist as the version not existing.
             err = S3Error("NoSuchVersion") if e.code == "InvalidArgument" else e
+        action = "DeleteObjectVersion" if vid is not None else "DeleteObject"
+        if err is None and not await access.check_key(req, bucket, action, key):
+            err = S3Error("AccessDenied")
         entries.append((key, vid, err))
     store = req.gw.store
     state = await bucket_state(store, req.bucket)

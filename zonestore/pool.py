@@ -97,7 +97,19 @@ class DrivePool:
             try:
                 info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
                                               length=length)
-            except OSError as e:
+            except NoSpace:
+                self._stream_drive.pop(stream, None)
+                if not isinstance(body, bytes | bytearray | memoryview):
+                    raise  # a streamed body is consumed: the caller retries
+                j = self.pick(stream, length)
+                if j == i:
+                    raise
+                self._inflight[i] -= 1
+                i = j
+                self._inflight[i] += 1
+                info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
+                                              length=length)
+            except OSError as e:  # after NoSpace, an OSError too
                 if not is_drive_failure(e):
                     raise
                 self.fail(i, e)
@@ -108,16 +120,6 @@ class DrivePool:
                 self._inflight[i] -= 1
                 i = self.pick(stream, length)
                 self._inflight[i] += 1
-                info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
-                                              length=length)
-            except NoSpace:
-                self._stream_drive.pop(stream, None)
-                if not isinstance(body, bytes | bytearray | memoryview):
-                    raise  # a streamed body is consumed: the caller retries
-                j = self.pick(stream, length)
-                if j == i:
-                    raise
-                i = j
                 info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
                                               length=length)
         finally:

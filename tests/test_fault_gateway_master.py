@@ -78,9 +78,9 @@ def read_back(cluster: DevCluster, key: str, body: bytes) -> bool:
 
 
 def test_sigkill_of_the_gateway_master(tmp_path):
-    # Three kills in a row: the restart after the second already backs off (the backoff's
+    # Two kills in a row: the restart after the second already backs off (the backoff's
     # doubling and that it never gives up: tests/test_serve_supervision.py).
-    _master_kills(tmp_path, 3)
+    _master_kills(tmp_path, 2)
 
 
 @pytest.mark.soak

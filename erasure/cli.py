@@ -138,7 +138,7 @@ async def _repair(cfg: ClusterConfig, args: argparse.Namespace) -> int:
     console.print(f"{len(report.fixed)} parts fixed, {len(report.failed)} failed, "
                   f"{len(report.unrecoverable)} unrecoverable, {report.healthy} healthy, "
                   f"{len(report.queued)} queued for deletion, {len(report.waiting)} waiting for "
-                  f"nodes, {len(report.purged)} deletions finished")
+                  f"nodes, {len(report.purged)} deletions finished, {report.moved} fragments moved home")
     lost = (report.failed and not args.dry_run) or report.unrecoverable
     return 1 if lost or leaks else 0
 

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from erasure.errors import ErasureError, QuorumError
 from erasure.layout import PartLayout, PartResult, parse_archive_id, parse_archive_meta
 from erasure.nodeclient import NodeClient, NodeError, make_session
 from erasure.placement import Placement
+from erasure.rehome import Handoffs
 from erasure.repairqueue import (
     Deletions,
     DeletionStore,
@@ -80,6 +81,7 @@ class ErasureCluster:
             state_dir or config.erasure.state_dir)
         self.deletions: DeletionStore = deletions or Deletions(
             state_dir or config.erasure.state_dir)
+        self.handoffs = Handoffs(state_dir or config.erasure.state_dir)
         self.health_interval = health_interval
         self.full_headroom = (2 * self.codec.fragment_size(self.scheme.segment_size)
                               if full_headroom is None else full_headroom)
@@ -99,6 +101,7 @@ class ErasureCluster:
         self.heal_poll = HEAL_POLL
         self._purger: asyncio.Task | None = None
         self._heal_kick: asyncio.Event | None = None
+        self._rehomer: asyncio.Task | None = None
         self._healer: asyncio.Task | None = None
         self._wakers: set[asyncio.Task] = set()
 
@@ -119,7 +122,8 @@ class ErasureCluster:
     async def close(self) -> None:
         # unfinished heals stay in the repair queue (a lease held runs out) for the next
         # healer or `zonegate repair`
-        tasks = [t for t in (self._health, self._healer, self._purger, *self._wakers) if t]
+        tasks = [t for t in (self._health, self._healer, self._purger, self._rehomer,
+                                 *self._wakers) if t]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -164,6 +168,7 @@ class ErasureCluster:
         t.add_done_callback(self._wakers.discard)
         if self._purger is None or self._purger.done():
             self._purger = asyncio.create_task(self._finish_deletions())
+        self.move_handoffs_home()
 
     async def _wake(self) -> None:
         try:
@@ -172,6 +177,23 @@ class ErasureCluster:
             log.warning("could not wake the repair queue: %s", e)
         if self._heal_kick is not None:
             self._heal_kick.set()
+
+    def move_handoffs_home(self) -> None:
+        """Start moving the recorded off-home fragments home (erasure/rehome.py) in the
+        background, unless that is running already: a node is back or has room again."""
+        if self._heal_kick is None or (self._rehomer is not None and not self._rehomer.done()):
+            return
+        from erasure.rehome import rehome_recorded
+
+        async def run() -> None:
+            try:
+                await rehome_recorded(self)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("moving handoff fragments home failed")
+
+        self._rehomer = asyncio.create_task(run())
 
     async def _finish_deletions(self) -> None:
         try:
@@ -198,6 +220,7 @@ class ErasureCluster:
         else:
             log.info("node %s has room again (writable %s bytes)", client.id,
                      client.writable_bytes)
+            self.move_handoffs_home()
         full = self.full_nodes()
         for observe in self.full_observers:
             try:
@@ -361,12 +384,26 @@ class ErasureCluster:
         ErasureError (after deleting what it can) while any node cannot be asked, so the caller
         retries later; a retry is harmless. The deletion is recorded first (`self.deletions`):
         a rebuild of this part that is still running deletes what it writes itself."""
+        n, left = await self.purge_nodes(part_uid)
+        if left:
+            raise ErasureError(f"part {part_uid}: archives not deleted yet, nodes not "
+                               f"reached: {'; '.join(left)}")
+        return n
+
+    async def purge_nodes(self, part_uid: str, nodes: Iterable[str] | None = None
+                          ) -> tuple[int, list[str]]:
+        """`purge` on `nodes` (every node when None) as far as they can be asked now: returns
+        (archives deleted, ids of the nodes still to ask). The deletion stays pending until a
+        call leaves no node, so a caller that remembers the rest (the gateway's sweeper
+        queues it) frees the space of the nodes that are up while one is down."""
         await self.deletions.begin(part_uid)
-        unreachable: list[str] = []
+        wanted = list(self.clients) if nodes is None else [n for n in nodes
+                                                           if n in self.clients]
+        unreachable: dict[str, str] = {}
 
         async def rm(client: NodeClient) -> int:
             if not client.up:
-                unreachable.append(f"{client.id}: down")
+                unreachable[client.id] = "down"
                 return 0
             n = 0
             try:
@@ -375,16 +412,17 @@ class ErasureCluster:
                 for rid in ids:
                     n += await client.delete(rid)
             except NodeError as e:
-                unreachable.append(f"{client.id}: {e}")
+                unreachable[client.id] = str(e)
             return n
 
-        done = await asyncio.gather(*(rm(c) for c in self.clients.values()))
+        done = await asyncio.gather(*(rm(self.clients[nid]) for nid in wanted))
         if unreachable:
-            raise ErasureError(f"part {part_uid}: archives not deleted yet, nodes not "
-                               f"reached: {'; '.join(unreachable)}")
+            log.info("part %s: archives left on %s", part_uid,
+                     "; ".join(f"{k}: {v}" for k, v in unreachable.items()))
+            return sum(done), sorted(unreachable)
         await self.repair_queue.done(part_uid)
         await self.deletions.end(part_uid)
-        return sum(done)
+        return sum(done), []
 
     async def scan(self, prefix: str = "") -> list[ScannedPart]:
         """Every part whose archives start with `prefix`, as found on the reachable nodes

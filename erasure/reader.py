@@ -38,13 +38,27 @@ class _Source:
         self.index, self.node, self.reader = index, node, reader
 
 
+def _home(cluster: ErasureCluster, layout: PartLayout, index: int) -> str | None:
+    """The fragment's home when the layout names a handoff node and the home is up: the
+    fragment may have been moved there (erasure/rehome.py), so it is asked first."""
+    home = cluster.placement.primary(layout.part_uid)
+    node = home[index] if index < len(home) else None
+    if node is None or node == layout.placement.get(index) or not cluster.is_up(node):
+        return None
+    return node
+
+
 def _candidates(cluster: ErasureCluster, layout: PartLayout) -> Iterator[tuple[int, str]]:
     n = layout.scheme.n
     missing = set(layout.missing)
     first = [i for i in range(n) if i not in missing]  # data indexes come first: 0..k-1
-    up = [i for i in first if cluster.is_up(layout.placement.get(i, ""))]
+    up = [i for i in first if cluster.is_up(_home(cluster, layout, i)
+                                            or layout.placement.get(i, ""))]
     down = [i for i in first if i not in up]
     for i in up + down + sorted(missing):
+        home = _home(cluster, layout, i)
+        if home is not None:
+            yield i, home
         if i in layout.placement:
             yield i, layout.placement[i]
     for node in cluster.placement.ranked(layout.part_uid):
@@ -65,7 +79,9 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
             yield piece
         return
     k = layout.scheme.k
-    cands = _candidates(cluster, layout)
+    # a list: a candidate passed over for one batch (its index was taken) is still there
+    # for the next, when the one taken fails
+    cands = list(_candidates(cluster, layout))
     used: set[int] = set()
     tried: set[tuple[int, str]] = set()
     bad: dict[int, str] = {}  # index -> why (for the repair queue)
@@ -96,6 +112,8 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
 
     def _note(e: NodeError, index: int) -> None:
         nonlocal degraded
+        if isinstance(e, RecordMissing) and e.node == _home(cluster, layout, index):
+            return  # not moved home yet: the layout's node has it
         degraded = True
         if isinstance(e, RecordMissing | RecordCorrupt) and layout.placement.get(index) == e.node:
             bad[index] = str(e)
@@ -203,13 +221,15 @@ async def _read_direct(cluster: ErasureCluster, codec: Codec, layout: PartLayout
     if not pieces:
         return None
     missing = set(layout.missing)
+    nodes: dict[int, str] = {}
     for j, _, _ in pieces:
-        node = layout.placement.get(j)
+        node = _home(cluster, layout, j) or layout.placement.get(j)
         if j in missing or node is None or not cluster.is_up(node):
             return None
+        nodes[j] = node
     try:
         got = await asyncio.gather(*(
-            cluster.clients[layout.placement[j]].get_bytes(layout.archive_id(j), a, b)
+            cluster.clients[nodes[j]].get_bytes(layout.archive_id(j), a, b)
             for j, a, b in pieces))
     except NodeError:
         cluster.stats["fragment_errors"] += 1

@@ -25,6 +25,7 @@ from erasure.codec import CodecError
 from erasure.errors import ErasureError
 from erasure.layout import PartLayout, archive_id, parse_archive_id
 from erasure.nodeclient import NodeError, RecordCorrupt, RecordReader
+from erasure.rehome import off_home, rehome_part
 from erasure.writer import ArchiveUpload
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ class RepairReport:
     # parts with fewer than k fragments found while nodes that may hold the rest are unreachable
     waiting: list[tuple[str, str]] = field(default_factory=list)
     purged: list[str] = field(default_factory=list)  # unfinished deletions finished here
+    misplaced: list[str] = field(default_factory=list)  # whole parts with a fragment off home
+    moved: int = 0  # fragments moved home (erasure/rehome.py)
 
     @property
     def lost(self) -> bool:
@@ -127,6 +130,10 @@ async def find_damage(cluster: ErasureCluster, prefix: str = "", *, deep: bool =
             continue
         if not reasons:
             report.healthy += not maybe
+            home = cluster.placement.primary(p.part_uid)
+            if not maybe and any(i < len(home) and nodes != [home[i]]
+                                 for i, nodes in p.fragments.items()):
+                report.misplaced.append(p.part_uid)
             continue
         damaged.append(Damage(p, sorted(reasons), reasons, rec.layout if rec else None))
     for uid in records:  # queued parts that no reachable node holds any more (deleted)
@@ -194,9 +201,12 @@ def _targets(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
     down = {nid for nid, c in cluster.clients.items() if not c.writable}
     out: dict[int, str] = {}
     spare = cluster.placement.handoffs(p.part_uid, holders, down)
+    home = cluster.placement.primary(p.part_uid)
     for i in d.rebuild:
         here = p.fragments.get(i, [])
         node = here[0] if here else wanted.get(i)
+        if not here and i < len(home) and home[i] not in down and home[i] not in holders:
+            node = home[i]  # the home is back: no new handoff copy to move later
         if node is None or node in down or node in holders:
             # the generator's view of who holds what predates this loop's choices
             node = next((n for n in spare if n not in holders), None)
@@ -289,6 +299,8 @@ async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[
             # landed, so remove them here (the deletion record was written before it listed).
             await _unwrite(cluster, p.part_uid, targets)
             raise PartDeleted(p.part_uid)
+        if off_home(cluster, p.part_uid, targets):
+            cluster.handoffs.add(p.part_uid)
         return targets
     except BaseException:
         for s in sinks.values():
@@ -369,6 +381,12 @@ async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = Fals
         report.fixed.append((d.part.part_uid, written))
         if on_done:
             on_done(d.part.part_uid, written)
+    if not dry_run:
+        before = cluster.stats["fragments_moved_home"]
+        for uid in sorted(set(report.misplaced) | set(cluster.handoffs.parts())):
+            if uid.startswith(prefix) and await rehome_part(cluster, uid) == 0:
+                cluster.handoffs.done(uid)
+        report.moved = cluster.stats["fragments_moved_home"] - before
     return report
 
 

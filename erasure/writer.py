@@ -30,6 +30,7 @@ from erasure.codec import segments
 from erasure.errors import QuorumError
 from erasure.layout import PartLayout, PartResult, archive_id, archive_metas
 from erasure.nodeclient import NodeClient, NodeError, NodeUnavailable
+from erasure.rehome import off_home
 from zonestore.ids import validate_record_id
 
 if TYPE_CHECKING:
@@ -230,6 +231,8 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
                         {i: placed.get(i) or targets[i] or primary[i] for i in range(scheme.n)},
                         missing, crc)
     cluster.stats["parts_written"] += 1
+    if off_home(cluster, part_uid, {i: layout.placement[i] for i in placed if i not in missing}):
+        cluster.handoffs.add(part_uid)  # moved home once its home takes writes again
     moved = sum(1 for s in sinks.values() if s.moved_from and s.alive)
     if moved:
         cluster.stats["full_handoffs"] += moved

@@ -100,7 +100,8 @@ PENDING_GRACE = 6 * 3600.0
 # A failed write's leftovers are looked for this long after it failed: time enough for a node
 # still committing an archive whose answer the writer gave up on.
 FAILED_WRITE_DELAY = 60.0
-SWEEP_WHILE_DOWN = 5.0  # seconds between looks at the node states while some are down
+# An orphan entry narrowed to the nodes that were down is first tried again this much later.
+DOWN_RETRY = 60.0
 
 
 class Storage:
@@ -267,30 +268,37 @@ class Storage:
         await self.cluster.purge(layout["part_uid"])
 
     async def sweep_orphans(self, store: Any, batch: int = 100) -> int:
-        """Delete the fragments queued in the store's orphan queue; entries whose deletion
-        fails stay leased and come back later. Nothing is claimed while a node is down."""
+        """Delete the fragments queued in the store's orphan queue; returns the entries dealt
+        with. A node that is down does not hold up the others: each part's archives go from
+        the nodes that answer, and the entry is replaced by one naming only the nodes left
+        (`purge_nodes`), tried again after DOWN_RETRY and then once per lease (entries whose
+        nodes are all still down are left leased, no node is asked). Other failures leave the
+        entry leased: it comes back after the lease."""
         freed = 0
-        down = getattr(self.cluster, "down_nodes", None)
-        if down is not None and down():
-            # Every purge would fail (any node may hold a copy) and lease its entry for
-            # minutes: leave the queue alone until the nodes are back, polling gently (the
-            # sweep loop calls again at once while entries are due).
-            await asyncio.sleep(SWEEP_WHILE_DOWN)
-            return 0
         while True:
             entries = await store.claim_orphans(batch)
             if not entries:
                 return freed
             done: list[int] = []
+            rest: list[dict[str, Any]] = []
             for e in entries:
+                uid = e.layout.get("part_uid", "")
+                only = e.layout.get("purge_nodes")
+                if only is not None and not any(map(self.cluster.is_up, only)):
+                    continue
                 try:
-                    await self.delete(e.layout)
-                    done.append(e.id)
-                    freed += 1
+                    _, left = await self.cluster.purge_nodes(uid, only)
                 except asyncio.CancelledError:
                     raise
-                except Exception as ex:  # a node down: try again after the lease
-                    log.warning("orphan %s not deleted yet: %s", e.layout.get("part_uid"), ex)
+                except Exception as ex:
+                    log.warning("orphan %s not deleted yet: %s", uid, ex)
+                    continue
+                if left:
+                    rest.append({"part_uid": uid, "purge_nodes": left})
+                done.append(e.id)
+                freed += 1
+            if rest:  # the remainder is queued before its entry goes: a crash leaves both
+                await store.queue_orphans(rest, delay=DOWN_RETRY)
             await store.done_orphans(done)
             if len(entries) < batch:
                 return freed

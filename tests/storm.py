@@ -1,5 +1,6 @@
 """The fault storm (issue 12): boto3 writers run while node daemons (<= m at a time), gateway
-workers, the gateway's whole process group and the whole cluster are SIGKILLed and restarted;
+workers, the gateway's master alone (its workers must die with it), the gateway's whole process
+group and the whole cluster are SIGKILLed and restarted;
 afterwards every acknowledged write must read back byte-exact, acknowledged deletes must stay
 deleted, every fragment on every node must have an owner (the audit), `zonegate repair` must
 find nothing lost and `zonegate drive fsck` must be clean on every drive.
@@ -151,6 +152,14 @@ def worker_pids(master: int) -> list[int]:
     return out
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 class Chaos:
     def __init__(self, g: Gateway, tally: Tally, rnd: random.Random) -> None:
         self.g, self.tally, self.rnd = g, tally, rnd
@@ -174,10 +183,24 @@ class Chaos:
         self.tally.processes += 1
         return True
 
+    def kill_master(self) -> None:
+        """SIGKILL of the gateway's master alone: its workers must die with it (none may keep
+        serving the port), and a new master starts on the same port."""
+        master = self.g.proc.pid
+        workers = worker_pids(master)
+        os.kill(master, signal.SIGKILL)
+        self.g.proc.wait()
+        deadline = time.monotonic() + 30
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [w for w in workers if _alive(w)]
+        assert not left, f"workers {left} outlived their master {master}"
+        self.tally.kills["gateway master"] += 1
+        self.tally.processes += 1
+        self.g.start_gateway()
+
     def kill_gateway(self) -> None:
-        # The master and its workers at once (its process group): SIGKILL of the master
-        # alone leaves its workers serving the port until issue 12's supervision fix lands
-        # (branch issue12-serve).
+        # The master and its workers at once (its process group).
         self.tally.processes += 1 + len(worker_pids(self.g.proc.pid))
         os.killpg(self.g.proc.pid, signal.SIGKILL)
         self.g.proc.wait()
@@ -211,6 +234,8 @@ class Chaos:
             self.kill_worker()
         elif what == "gateway":
             self.kill_gateway()
+        elif what == "master":
+            self.kill_master()
         elif what == "all":
             self.kill_all()
 

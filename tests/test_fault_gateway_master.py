@@ -78,6 +78,19 @@ def read_back(cluster: DevCluster, key: str, body: bytes) -> bool:
 
 
 def test_sigkill_of_the_gateway_master(tmp_path):
+    # Two kills in a row: the restart after the second already backs off (the backoff's
+    # doubling and that it never gives up: tests/test_serve_supervision.py).
+    _master_kills(tmp_path, 2)
+
+
+@pytest.mark.soak
+def test_five_sigkills_of_the_gateway_master_in_a_row(tmp_path):
+    # As many kills in a row as made the launcher give up and stop the whole cluster (5
+    # starts a minute).
+    _master_kills(tmp_path, 5)
+
+
+def _master_kills(tmp_path, rounds: int) -> None:
     cluster = DevCluster(tmp_path / "data", nodes=10, zones=8, zone_size="16M", workers=2)
     try:
         cluster.start()
@@ -85,9 +98,8 @@ def test_sigkill_of_the_gateway_master(tmp_path):
         s3.create_bucket(Bucket="master")
         s3.put_object(Bucket="master", Key="k", Body=b"kept")
         killed = []
-        # As many kills in a row as made the launcher give up and stop the whole cluster (5
-        # starts a minute): each master dies soon after it started.
-        for round_ in range(5):
+        # each master dies soon after it started
+        for round_ in range(rounds):
             master = wait_until(lambda: gateway_master(cluster), 90, "a gateway master")
             assert master not in killed
             workers = wait_until(lambda m=master: children_of(m) if len(children_of(m)) >= 2
@@ -98,11 +110,11 @@ def test_sigkill_of_the_gateway_master(tmp_path):
             # Its workers do not outlive it (they used to keep the port, re-parented to init).
             wait_until(lambda w=workers: not any(alive(p) for p in w), 30,
                        f"workers {workers} of the killed master gone")
-            if round_ in (0, 4):  # a new master serves on the same port
+            if round_ in (0, rounds - 1):  # a new master serves on the same port
                 wait_until(lambda: read_back(cluster, "k", b"kept"), 90, "a new master serving")
         assert cluster.proc.poll() is None, cluster.output()[-3000:]
         out = cluster.output()
-        assert out.count("gateway exited") >= 5 and "not restarting" not in out
+        assert out.count("gateway exited") >= rounds and "not restarting" not in out
         assert re.search(r"restarting it in \d", out), "later restarts back off"
         # The dead masters' metrics directories were removed by the masters after them.
         wait_until(lambda: not any(metrics_dirs(p) for p in killed), 30,

@@ -161,6 +161,7 @@ class HostPg(PgServer):
 HAPROXY_CFG = """\
 global
     maxconn 512
+    stats socket {sock} mode 600 level user
 
 defaults
     mode http
@@ -217,7 +218,7 @@ def test_boto3_through_haproxy_while_gateways_are_killed(tmp_path, hosts):
         mg.start()
         cfg = tmp_path / "haproxy.cfg"
         cfg.write_text(HAPROXY_CFG.format(
-            lb=hosts.addr("lb"), lb_port=LB_PORT,
+            lb=hosts.addr("lb"), lb_port=LB_PORT, sock=tmp_path / "haproxy.sock",
             servers="\n".join(f"    server gw{g.index} {g.host}:{g.port} check" for g in gws)))
         with open(tmp_path / "haproxy.log", "ab") as logf:
             procs.append(subprocess.Popen(
@@ -278,17 +279,26 @@ def run_workload(mg: MultiGateway, hosts: Hosts, tmp_path: Path) -> None:
                 return
             i += 1
 
+    def progress(n: int) -> None:
+        """Wait (polling) until n more writes were acknowledged, or a worker failed."""
+        target = len(acked) + n
+        deadline = time.monotonic() + 60
+        while len(acked) < target and not errors and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    sock = tmp_path / "haproxy.sock"
     ex = ThreadPoolExecutor(4, initializer=enter_netns, initargs=(hosts.ns("client"),))
     futs = [ex.submit(worker, w) for w in range(4)]
     try:
         for victim in (0, 1):
-            time.sleep(4)
+            progress(8)                      # writes flow through both gateways
             n_before = len(acked)
             mg.kill_gateway(victim)          # SIGKILL, master and worker
-            time.sleep(3)
-            mg.start_gateway(victim)         # same host and port; HAProxy brings it back
+            progress(6)                      # and go on through the other one
             assert len(acked) > n_before or errors, "no write went through meanwhile"
-        time.sleep(3)
+            mg.start_gateway(victim)         # same host and port; HAProxy brings it back
+            assert wait_up(sock, f"gw{victim}"), f"HAProxy never saw gw{victim} back"
+        progress(8)
     finally:
         stop.set()
         for f in futs:
@@ -309,6 +319,29 @@ def run_workload(mg: MultiGateway, hosts: Hosts, tmp_path: Path) -> None:
     listed = hosts.call("client", read_all)
     print(f"acknowledged {len(acked)} writes, all read back ({listed} listed); "
           f"{retries[0]} retries seen by the client")
+
+
+def wait_up(sock: Path, server: str, timeout: float = 30.0) -> bool:
+    """Poll HAProxy's stats socket until `server` of the backend is UP (checks passed)."""
+    import socket as _socket
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with _socket.socket(_socket.AF_UNIX) as s:
+                s.settimeout(5)
+                s.connect(str(sock))
+                s.sendall(b"show stat\n")
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+        except OSError:
+            data = b""
+        for line in data.decode(errors="replace").splitlines():
+            f = line.split(",")
+            if len(f) > 17 and f[0] == "gateways" and f[1] == server and f[17] == "UP":
+                return True
+        time.sleep(0.1)
+    return False
 
 
 def wait_ready(client: Any, timeout: float = 30.0) -> bool:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import fields
 
+from zonestore.drivefail import DriveFailed, UnreadableRecord, is_drive_failure
 from zonestore.errors import NoSpace, RecordNotFound
 from zonestore.ids import validate_record_id
 from zonestore.zonelog import LogStats, RecordInfo, ZoneLog
 
 MiB = 1024 * 1024
+log = logging.getLogger("zonestore.pool")
 
 
 class DrivePool:
@@ -29,27 +32,46 @@ class DrivePool:
         self.headroom = headroom  # a stream moves on when its drive has less free than this
         self._inflight = [0] * len(self.logs)
         self._stream_drive: dict[str, int] = {}
+        self.failed: dict[int, str] = {}  # drive index -> the error that failed it
+
+    def fail(self, i: int, exc: BaseException) -> None:
+        """Drive i gave a device error: no more puts, reads or listings from it (see
+        zonestore/drivefail.py)."""
+        if i not in self.failed:
+            self.failed[i] = f"{type(exc).__name__}: {exc}"
+            log.error("drive %d failed (%s): its records are no longer served", i,
+                      self.failed[i])
+
+    def working(self) -> list[int]:
+        return [i for i in range(len(self.logs)) if i not in self.failed]
+
+    def writable_bytes(self) -> int:
+        return sum(self.logs[i].free_bytes() for i in self.working())
 
     # ------------------------------------------------------------------ placement
 
     def locate(self, record_id: str) -> int | None:
         """Index of the drive holding `record_id`, or None."""
-        for i, log in enumerate(self.logs):
-            if log.has(record_id):
+        for i in self.working():
+            if self.logs[i].has(record_id):
                 return i
         return None
 
     def pick(self, stream: str, length: int | None = None) -> int:
         need = max(self.headroom if length is None else length, 1)
         i = self._stream_drive.get(stream)
-        if i is not None and self.logs[i].free_bytes() >= need:
+        if i is not None and i not in self.failed and self.logs[i].free_bytes() >= need:
             return i
-        frees = [log.free_bytes() for log in self.logs]
+        live = self.working()
+        if not live:
+            raise DriveFailed("every drive of this node has failed")
+        frees = [self.logs[j].free_bytes() if j in live else -1 for j in range(len(self.logs))]
         ok = [j for j, f in enumerate(frees) if f >= need]
         if not ok:
             # No drive can take it as it is: one whose reclaim can make room (the put waits
             # for it), else any with some room left.
-            obtainable = [log.obtainable_bytes() for log in self.logs]
+            obtainable = [self.logs[j].obtainable_bytes() if j in live else -1
+                          for j in range(len(self.logs))]
             ok = [j for j, f in enumerate(obtainable) if f >= need] or [
                 j for j, f in enumerate(frees) if f > 0]
         if not ok:
@@ -82,25 +104,71 @@ class DrivePool:
                 j = self.pick(stream, length)
                 if j == i:
                     raise
+                self._inflight[i] -= 1
                 i = j
+                self._inflight[i] += 1
+                info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
+                                              length=length)
+            except OSError as e:  # after NoSpace, an OSError too
+                if not is_drive_failure(e):
+                    raise
+                self.fail(i, e)
+                self._stream_drive.pop(stream, None)
+                if not isinstance(body, bytes | bytearray | memoryview) or not self.working():
+                    raise DriveFailed(f"drive {i} failed during the put: {e}",
+                                      self.writable_bytes()) from e
+                self._inflight[i] -= 1
+                i = self.pick(stream, length)
+                self._inflight[i] += 1
                 info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
                                               length=length)
         finally:
             self._inflight[i] -= 1
-        for j, log in enumerate(self.logs):
-            if j != i and log.has(record_id):
-                await log.delete(record_id)
+        for j in self.working():
+            if j != i and self.logs[j].has(record_id):
+                await self._delete_on(j, record_id)
         return info
+
+    async def _delete_on(self, i: int, record_id: str) -> bool:
+        try:
+            return await self.logs[i].delete(record_id)
+        except OSError as e:
+            if not is_drive_failure(e):
+                raise
+            self.fail(i, e)  # the record went with its drive
+            return False
+
+    def _guard(self, i: int, read: Callable[..., AsyncIterator[bytes]]
+               ) -> Callable[..., AsyncIterator[bytes]]:
+        """`read` (its checks still raise at the call), with a device error failing drive i
+        and ending the read as unreadable."""
+        def guarded(offset: int = 0, length: int | None = None) -> AsyncIterator[bytes]:
+            return self._guarded(i, read(offset, length))
+        return guarded
+
+    async def _guarded(self, i: int, it: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in it:
+                yield chunk
+        except OSError as e:
+            if not is_drive_failure(e):
+                raise
+            self.fail(i, e)
+            raise UnreadableRecord(f"drive {i} failed: {e}") from e
+        finally:
+            aclose = getattr(it, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     def find(self, record_id: str) -> tuple[RecordInfo,
                                             Callable[[int, int | None], AsyncIterator[bytes]]
                                             ] | None:
         """`ZoneLog.find` on the drive holding the id (one index lookup per drive asked)."""
         validate_record_id(record_id)
-        for log in self.logs:
-            found = log.find(record_id)
+        for i in self.working():
+            found = self.logs[i].find(record_id)
             if found is not None:
-                return found
+                return found[0], self._guard(i, found[1])
         return None
 
     async def get(self, record_id: str, offset: int = 0, length: int | None = None
@@ -119,14 +187,14 @@ class DrivePool:
     async def delete(self, record_id: str) -> bool:
         validate_record_id(record_id)
         found = False
-        for log in self.logs:
-            if log.has(record_id):
-                found = await log.delete(record_id) or found
+        for i in self.working():
+            if self.logs[i].has(record_id):
+                found = await self._delete_on(i, record_id) or found
         return found
 
     def scan(self, prefix: str = "", after: str = "", limit: int = 1000) -> list[RecordInfo]:
-        merged = heapq.merge(*(log.scan(prefix, after, limit) for log in self.logs),
-                             key=lambda r: r.id)
+        merged = heapq.merge(*(self.logs[i].scan(prefix, after, limit)
+                               for i in self.working()), key=lambda r: r.id)
         out: list[RecordInfo] = []
         for r in merged:
             if out and out[-1].id == r.id:

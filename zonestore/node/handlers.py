@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from zonestore.drivefail import DriveFailed
 from zonestore.errors import CorruptRecord, NoSpace, RecordNotFound
 from zonestore.ids import validate_record_id
 from zonestore.node.auth import BODY_HASH
@@ -175,6 +176,9 @@ async def store_put(state: NodeState, rid: str, length: int, stream: str, conten
     except Exception as exc:
         if body.error is not None:  # the body's own fault, whatever the store wrapped it in
             raise body.error from exc
+        if isinstance(exc, DriveFailed):
+            raise NodeError(507, "drive_failed", str(exc),
+                            extra={"writable_bytes": writable_bytes(state)}) from exc
         if isinstance(exc, NoSpace):
             raise _no_space(state, str(exc)) from exc
         if type(exc) is ValueError:  # the store's "body shorter/longer than length"
@@ -185,9 +189,19 @@ async def store_put(state: NodeState, rid: str, length: int, stream: str, conten
     return {"id": info.id, "length": info.length, "crc32c": info.crc32c, "seq": info.seq}
 
 
+def failed_drives(state: NodeState) -> dict[int, str]:
+    """Drive index -> error, for the drives the pool has marked failed (zonestore/drivefail)."""
+    return dict(getattr(state.pool, "failed", None) or {})
+
+
+def working_logs(state: NodeState) -> list[Any]:
+    failed = failed_drives(state)
+    return [lg for i, lg in enumerate(state.logs) if i not in failed and hasattr(lg, "free_bytes")]
+
+
 def writable_bytes(state: NodeState) -> int:
-    """What this node's drives can still take without reclaim (the sum over drives)."""
-    return sum(lg.free_bytes() for lg in state.logs if hasattr(lg, "free_bytes"))
+    """What this node's working drives can still take without reclaim (the sum over drives)."""
+    return sum(lg.free_bytes() for lg in working_logs(state))
 
 
 def _no_space(state: NodeState, message: str) -> NodeError:
@@ -198,11 +212,15 @@ def _no_space(state: NodeState, message: str) -> NodeError:
 async def _check_room(state: NodeState, length: int) -> None:
     """Refuse before reading the body a record no drive can take (a record lives on one
     drive), after letting each drive's reclaim make room for it where reclaim can."""
-    frees = [lg.free_bytes() for lg in state.logs if hasattr(lg, "free_bytes")]
+    logs = working_logs(state)
+    frees = [lg.free_bytes() for lg in logs]
+    if failed_drives(state) and not logs:
+        raise NodeError(507, "drive_failed", "every drive of this node has failed",
+                        extra={"writable_bytes": 0})
     if not frees or length <= max(frees):
         return
     room = 0
-    for lg in state.logs:
+    for lg in logs:
         room = max(room, await lg.room_for(length))
         if room >= length:
             return
@@ -346,9 +364,12 @@ async def node_stats(request: web.Request) -> web.Response:
     _no_body(request)
     state = _state(request)
     drives = []
+    failed = failed_drives(state)
     for i, (path, log_) in enumerate(zip(state.drive_paths, state.logs, strict=False)):
         d = _as_dict(log_.stats())
-        d.update(drive=i, path=str(path))
+        d.update(drive=i, path=str(path), failed=i in failed, error=failed.get(i))
+        if i in failed:  # nothing of it can be written (or read) any more
+            d.update(free_bytes=0, writable_bytes=0)
         drives.append(d)
     # reclaiming_zone is per drive only.
     totals: dict[str, Any] = {k: sum(d.get(k, 0) or 0 for d in drives) for k in _SUMMED}
@@ -390,8 +411,13 @@ async def health_ready(request: web.Request) -> web.Response:
         return web.json_response({"status": "starting", "node_id": state.node_id}, status=503)
     # Stays 200 when the drives are full: the node still serves reads and deletes; the
     # writable figure says whether it can take writes.
-    return web.json_response({"status": "ready", "node_id": state.node_id,
-                              "drives": len(state.logs),
+    # Stays 200 with failed drives too (status "degraded"): the gateways must keep asking
+    # the node to learn that its records are gone (missing, so rebuilt elsewhere); its
+    # writable figure (0 when every drive failed) keeps new writes away.
+    failed = failed_drives(state)
+    return web.json_response({"status": "degraded" if failed else "ready",
+                              "node_id": state.node_id, "drives": len(state.logs),
+                              "failed_drives": sorted(failed),
                               "writable_bytes": writable_bytes(state)})
 
 

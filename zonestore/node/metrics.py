@@ -9,7 +9,7 @@ method, route name (never the record id) and status.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -62,11 +62,20 @@ _DRIVE_FIELDS: tuple[tuple[str, str, str, bool], ...] = (
 class DriveStatsCollector:
     """Reads `stats()` of each drive's log when Prometheus scrapes."""
 
-    def __init__(self, drives: Callable[[], Sequence[Any]]) -> None:
+    def __init__(self, drives: Callable[[], Sequence[Any]],
+                 failed: Callable[[], Mapping[int, str]] | None = None) -> None:
         self._drives = drives  # returns the logs once the node is ready, [] before
+        self._failed = failed or dict  # drive index -> error, for the failed drives
 
     def collect(self) -> Iterable[Metric]:
         logs = self._drives()
+        failed = self._failed()
+        broken = GaugeMetricFamily(f"{PREFIX}_drive_failed",
+                                   "1 once the drive gave a device error (its records are no "
+                                   "longer served).", labels=["drive"])
+        for i in range(len(logs)):
+            broken.add_metric([str(i)], 1.0 if i in failed else 0.0)
+        yield broken
         families: dict[str, Metric] = {}
         for _attr, name, doc, counter in _DRIVE_FIELDS:
             cls = CounterMetricFamily if counter else GaugeMetricFamily
@@ -103,9 +112,10 @@ class DriveStatsCollector:
 class NodeMetrics:
     """The node's own registry (never the global one: several nodes may share a process)."""
 
-    def __init__(self, drives: Callable[[], Sequence[Any]]) -> None:
+    def __init__(self, drives: Callable[[], Sequence[Any]],
+                 failed: Callable[[], Mapping[int, str]] | None = None) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(DriveStatsCollector(drives))
+        self.registry.register(DriveStatsCollector(drives, failed))
         self.requests = Counter(f"{PREFIX}_requests", "HTTP requests handled.",
                                 ["method", "route", "status"], registry=self.registry)
         self.latency = Histogram(

@@ -71,7 +71,8 @@ class Scrubber:
         while True:
             started = time.monotonic()
             for i, zlog in enumerate(list(self.state.logs)):
-                await self._scrub_drive(i, zlog)
+                if i not in getattr(self.state.pool, "failed", {}):  # its records are gone
+                    await self._scrub_drive(i, zlog)
             self.passes += 1
             self.pass_count.inc()
             log.info("scrub pass %d done in %.1f s: %d damaged records known", self.passes,

@@ -330,7 +330,9 @@ class NodeServer:
     async def start(self) -> None:
         self._drives = open_drives(self.drive_paths, self.node_id, self.options)
         state = NodeState(node_id=self.node_id, drive_paths=[d.path for d in self._drives],
-                          metrics=NodeMetrics(lambda: self.state.logs if self.state else []),
+                          metrics=NodeMetrics(
+                              lambda: self.state.logs if self.state else [],
+                              lambda: getattr(self.state and self.state.pool, "failed", {})),
                           max_record_size=self.options.max_record_size)
         self.state = state
         app = build_app(state, self.secret, self.options)
@@ -405,6 +407,8 @@ class NodeServer:
             except TimeoutError:
                 pass
             wanted.clear()
+            if index in getattr(self.state and self.state.pool, "failed", {}):
+                return  # a failed drive is left alone
             try:
                 results = await background_pass(zlog, max_zones=RECLAIM_ZONES_PER_PASS,
                                                 rate=getattr(zlog, "reclaim_rate", None))

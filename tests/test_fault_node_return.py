@@ -97,7 +97,7 @@ async def test_handoff_fragment_moves_home_when_its_node_returns(nodes, config) 
         degraded = c.stats["degraded_reads"]
         assert await read(c, layout) == data
         assert c.stats["degraded_reads"] == degraded  # f02 read at home, not rebuilt
-        assert c.repair_queue.records() == []
+        assert await c.repair_queue.records() == []
         nodes.restart(nodes.ids.index(handoff))
         await c.check_health()
         assert await c.delete_part(layout) == 6
@@ -157,7 +157,8 @@ async def test_deletions_proceed_on_the_nodes_that_are_up(nodes, config, tmp_pat
         assert await storage.sweep_orphans(store) == len(held)
         assert await store.orphan_count() == 0
         for lay in layouts:
-            assert await where(c, lay.part_uid) == {} and not c.deletions.pending(lay.part_uid)
+            assert await where(c, lay.part_uid) == {}
+            assert not await c.deletions.pending(lay.part_uid)
         rep = await audit(c, store.part_owners)
         assert rep.unowned == {} and rep.unreachable == []
     await store.close()

@@ -162,7 +162,7 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
     if length < 0:
         raise ValueError(f"negative part length {length}")
     cluster.deletions.forget(part_uid)
-    targets = cluster.targets(part_uid)
+    targets = cluster.targets(part_uid, length)
     timeout = cluster.node_timeout
     sinks: dict[int, ArchiveUpload] = {}
 

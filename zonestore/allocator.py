@@ -117,13 +117,19 @@ class ZoneAllocator:
 
     def class_of(self, stream: str) -> int:
         """The lifetime class of a stream hint: a stream keeps its class while it is among
-        the recently used ones; a new stream takes the class used least recently, so up to
-        `nclasses` streams at a time each have a zone of their own and more share."""
+        the recently used ones. A new stream takes the idle class (no put in flight) used
+        most recently - streams written one after the other (checkpoint after checkpoint)
+        continue one zone, so a zone holds the data of neighbours in time, which die close
+        together - else the class used least recently, so up to `nclasses` streams written
+        at once each have a zone of their own and more share."""
         sc = self._stream_class
         k = sc.get(stream)
         now = self._use_tick = self._use_tick + 1
         if k is None:
-            k = min(range(self.nclasses), key=self._class_used.__getitem__)
+            used, busy = self._class_used, self._class_busy
+            idle = [c for c in range(self.nclasses) if not busy[c]]
+            k = (max(idle, key=used.__getitem__) if idle
+                 else min(range(self.nclasses), key=used.__getitem__))
             sc[stream] = k
             if len(sc) > STREAM_MEMORY:
                 sc.popitem(last=False)
@@ -131,6 +137,30 @@ class ZoneAllocator:
             sc.move_to_end(stream)
         self._class_used[k] = now
         return k
+
+    def enter_class(self, stream: str) -> int:
+        """A put of `stream` starts: its class, counted busy until `leave_class`. A known
+        stream whose class is busy with other streams only moves to an idle class (the one
+        used most recently), so that streams written at once keep zones of their own."""
+        k = self._stream_class.get(stream)
+        busy = self._class_busy
+        if k is not None and busy[k] and not self._stream_busy.get(stream):
+            idle = [c for c in range(self.nclasses) if not busy[c]]
+            if idle:
+                k = max(idle, key=self._class_used.__getitem__)
+                self._stream_class[stream] = k
+        k = self.class_of(stream)
+        busy[k] += 1
+        self._stream_busy[stream] = self._stream_busy.get(stream, 0) + 1
+        return k
+
+    def leave_class(self, stream: str, k: int) -> None:
+        self._class_busy[k] -= 1
+        n = self._stream_busy[stream] - 1
+        if n:
+            self._stream_busy[stream] = n
+        else:
+            del self._stream_busy[stream]
 
     def _put_keep(self) -> int:
         return self.gc_reserve_zones

@@ -123,6 +123,8 @@ class ZoneLog(ZoneAllocator, SpaceAdmission, RecordReader, RecordRelocation):
         self._classes: dict[int, ZoneWriter] = {}
         self._stream_class: OrderedDict[str, int] = OrderedDict()
         self._class_used = [0] * self.nclasses
+        self._class_busy = [0] * self.nclasses  # puts in flight per class
+        self._stream_busy: dict[str, int] = {}  # puts in flight per stream
         self._use_tick = 0
         # Reclaim starts evacuating when no more than this many empty zones are left beyond
         # what puts leave for reclaim and deletes.
@@ -297,11 +299,13 @@ class ZoneLog(ZoneAllocator, SpaceAdmission, RecordReader, RecordRelocation):
         cur = _PutCursor()
         if length is None and isinstance(body, bytes | bytearray | memoryview):
             length = len(body)
+        k = self.enter_class(stream)
         try:
             if length is not None:
                 await self._admit(cur, length)
             return await self._put(record_id, body, stream, meta, length, seq, cur)
         finally:
+            self.leave_class(stream, k)
             cur.release()
             if cur.held:
                 self._reserved -= cur.held

@@ -64,7 +64,10 @@ class DrivePool:
         if i is not None and self.logs[i].free_bytes() >= need and rooms[i] >= even:
             return i
         frees = [log.free_bytes() for log in self.logs]
-        ok = [j for j, f in enumerate(frees) if f >= need]
+        # A roomy drive short of writable space is worth its reclaim (the put waits for it):
+        # cheaper than filling a fuller drive, whose reclaim copies more.
+        ok = [j for j, f in enumerate(frees) if f >= need or (
+            rooms[j] >= even and self.logs[j].obtainable_bytes() >= need)]
         if not ok:
             # No drive can take it as it is: one whose reclaim can make room (the put waits
             # for it), else any with some room left.

@@ -280,6 +280,11 @@ class ZoneAllocator:
                         return other
             if len(self._writers) >= self.open_limit and await self._wait_closing():
                 continue  # the device's open limit: let a zone being finished go first
+            if kind == "put":
+                idle = self._idle_zone(key, need)
+                if idle is not None:
+                    self._classes[key] = idle
+                    return idle
             if kind != "put" or self._put_writers() < self.slots:
                 z = self._take_zone(kind)
                 if z is None and len(self._writers) + len(self._spares) >= self.active_limit \
@@ -308,6 +313,23 @@ class ZoneAllocator:
             if not gc and await self._free_dead_zones():
                 continue
             return None
+
+    def _idle_zone(self, key: int, need: int) -> ZoneWriter | None:
+        """The open zone of an idle class (no put in flight) with the least room left (at
+        least `need`), for a class that needs a new zone: filling the rest of zones nobody
+        writes to before opening empty ones keeps the room held in open zones to about one
+        zone per busy class (on a drive near full, that room is what reclaim lacks)."""
+        owners: dict[ZoneWriter, list[int]] = {}
+        for k, w in self._classes.items():
+            if k != key and k >= 0:
+                owners.setdefault(w, []).append(k)
+        best = None
+        for w, ks in owners.items():
+            if w.gc or not self._usable(w, need) or any(self._class_busy[k] for k in ks):
+                continue
+            if best is None or w.remaining < best.remaining:
+                best = w
+        return best
 
     async def _wait_closing(self) -> bool:
         """Wait until one of the zones being finished is done; False if none is."""

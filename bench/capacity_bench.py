@@ -17,7 +17,8 @@ talks to it with boto3, as users do. Figures come from the S3 answers and from e
   user_bytes_written, all drives; target <= 1.02), reclaim's copied bytes, zone reuse (device
   bytes / raw capacity).
 - churn: random overwrites and deletes of 1-64 MiB objects (boto3 upload_fileobj) holding the
-  live data at 40 %, then (same cluster) at 80 % of the usable capacity: WA of each churn phase
+  data on the drives (live objects, puts in flight, old copies being overwritten) at 40 %,
+  then (same cluster) at 80 % of the usable capacity: WA of each churn phase
   and PUT throughput at 80 % / at 40 %. Target WA <= 1.5 at 80 %.
 
     python -m bench capacity [--workloads fill,checkpoint,churn] [--uploads 200]
@@ -156,6 +157,22 @@ def drive_totals(cluster: Any) -> dict[str, float]:
     out["has_writable"] = any(  # type: ignore[assignment]
         "writable_bytes" in d for doc in docs for d in doc.get("drives", []))
     return out
+
+
+def live_spread(cluster: Any, zones: int, zone_size: int) -> dict[str, float]:
+    """How evenly the data sits: the least and most live fraction of a drive and of a node
+    (live bytes / sequential capacity)."""
+    cap = (zones - 2) * zone_size
+    drives, nodes = [], []
+    for doc in node_stats(cluster):
+        lives = [d.get("live_bytes", 0) / cap for d in doc.get("drives", [])]
+        if lives:
+            drives += lives
+            nodes.append(sum(lives) / len(lives))
+    if not drives:
+        return {}
+    return {"drive_mean": sum(drives) / len(drives), "drive_min": min(drives),
+            "drive_max": max(drives), "node_min": min(nodes), "node_max": max(nodes)}
 
 
 def raw_capacity(cluster: Any, zones: int, zone_size: int) -> int:
@@ -352,7 +369,11 @@ def run_checkpoint(root: Path, src: Path | None, *, checkpoints: int, files: int
 
 class Churn:
     """Objects of 1-64 MiB under 16 prefixes, put (boto3 upload_fileobj) and deleted at random
-    so that the live user bytes stay at a target."""
+    so that the user bytes the drives hold stay at a target: live objects, the puts in flight
+    and the old copies of objects being overwritten (they are live on the drives until the
+    new copy commits); `held_in_target=False` counts the live objects only (the bench's
+    accounting before 2026-12-02, which let the drives hold up to workers x 2 x 64 MiB
+    more)."""
 
     def __init__(self, s3: Any, data: Data, rng: random.Random) -> None:
         from boto3.s3.transfer import TransferConfig
@@ -366,6 +387,8 @@ class Churn:
         self.refusals: list[str] = []
         self.put_bytes = 0
         self.put_seconds = 0.0
+        self.inflight = 0  # bytes of puts in flight and of the old copies they overwrite
+        self.held_in_target = True
 
     def _size(self) -> int:
         return self.rng.randint(1 * MiB, 64 * MiB)
@@ -375,20 +398,23 @@ class Churn:
         with self.lock:
             size = self._size()
             victims = []
-            while self.live and sum(self.live.values()) + size > target:
+            held = self.inflight if self.held_in_target else 0
+            while self.live and sum(self.live.values()) + held + size > target:
                 k = self.rng.choice([k for k in self.live if k not in self.busy] or [None])
                 if k is None:
                     break
                 victims.append(k)
                 self.live.pop(k)
             idle = [k for k in self.live if k not in self.busy]
+            old = 0
             if churn and idle and self.rng.random() < 0.5:
                 key = self.rng.choice(idle)  # an overwrite
-                self.live.pop(key)
+                old = self.live.pop(key)
             else:
                 key = f"ds/d{self.rng.randrange(16):02d}/obj-{self.next_id:06d}"
                 self.next_id += 1
             self.busy.add(key)
+            self.inflight += size + old
             seed = self.next_id * 7919 + size
             self.next_id += 1
         for k in victims:
@@ -405,6 +431,7 @@ class Churn:
         dt = time.monotonic() - t
         with self.lock:
             self.busy.discard(key)
+            self.inflight -= size + old
             if ok:
                 self.live[key] = size
                 self.put_bytes += size
@@ -440,7 +467,7 @@ class Churn:
 
 
 def run_churn(root: Path, src: Path | None, *, zones: int, zone_mib: int, volume: float,
-              workers: int) -> dict[str, Any]:
+              workers: int, live_only: bool = False) -> dict[str, Any]:
     zone_size = zone_mib * MiB
     data = Data()
     with dev_cluster(root, "churn", zones=zones, zone_size=f"{zone_mib}M", src=src) as cl:
@@ -449,6 +476,7 @@ def run_churn(root: Path, src: Path | None, *, zones: int, zone_mib: int, volume
         raw = raw_capacity(cl, zones, zone_size)
         usable = raw * ec_fraction(cl)
         churn = Churn(s3, data, random.Random(11))
+        churn.held_in_target = not live_only
         out: dict[str, Any] = {"drives": f"24 x {zones} zones of {zone_mib} MiB",
                                "raw_bytes": raw, "usable_bytes": usable}
         for frac in (0.4, 0.8):
@@ -467,10 +495,12 @@ def run_churn(root: Path, src: Path | None, *, zones: int, zone_mib: int, volume
                 "gc_bytes_copied": delta(before, after, "gc_bytes_copied"),
                 "refusals": len(churn.refusals) - refused,
                 "refusal_examples": churn.refusals[refused:refused + 3],
+                "live_spread": live_spread(cl, zones, zone_size),
             }
             say(f"  churn at {frac:.0%}: WA {out[f'live_{int(frac * 100)}']['wa']:.3f}, "
                 f"{out[f'live_{int(frac * 100)}']['put_MBps']:.1f} MB/s, "
-                f"{len(churn.refusals) - refused} refusals")
+                f"{len(churn.refusals) - refused} refusals; live per drive / node "
+                f"{out[f'live_{int(frac * 100)}']['live_spread']}")
         out["health"] = cluster_health(cl)
         lo, hi = out["live_40"], out["live_80"]
         out["put_throughput_ratio_80_vs_40"] = (hi["put_MBps"] / lo["put_MBps"]
@@ -500,6 +530,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--churn-volume", type=float, default=0.6,
                    help="bytes put per churn phase, as a fraction of the usable capacity")
     p.add_argument("--churn-workers", type=int, default=3)
+    p.add_argument("--churn-live-only", action="store_true",
+                   help="hold only the live objects at the target, not the puts in flight and "
+                   "the copies they overwrite (the accounting before 2026-12-02)")
     p.add_argument("--src", type=Path, help="run the cluster from this source tree")
     p.add_argument("--keep", type=Path, help="keep the clusters' data here (default: a "
                    "temporary directory, removed)")
@@ -533,7 +566,8 @@ def main(argv: list[str] | None = None) -> int:
                 results["churn"] = r = run_churn(root, src, zones=a.churn_zones,
                                                  zone_mib=a.churn_zone_mib,
                                                  volume=a.churn_volume,
-                                                 workers=a.churn_workers)
+                                                 workers=a.churn_workers,
+                                                 live_only=a.churn_live_only)
                 say(f"churn: WA {r['live_40']['wa']:.3f} at 40 %, {r['live_80']['wa']:.3f} "
                     f"at 80 % (target <= 1.5); PUT throughput 80 %/40 % "
                     f"{r['put_throughput_ratio_80_vs_40']:.2f}; refusals "

@@ -7,6 +7,8 @@ Full nodes: the health check also reads every node's writable bytes (`/v1/stats`
 marks a node full at once. A full node takes no new archives until its largest drive has room
 again (`full_headroom`, default two segments' fragments, or twice what it last refused); it is
 not down, and while enough nodes have room writes go to other nodes at full width (handoff).
+Once the nodes' writable room (all drives, from the same poll, less what was sent since) drifts
+apart, new parts are placed weighted by it, so that the nodes run full together.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from erasure.config import ClusterConfig
 from erasure.errors import ErasureError, QuorumError
 from erasure.layout import PartLayout, PartResult, parse_archive_id, parse_archive_meta
 from erasure.nodeclient import NodeClient, NodeError, make_session
-from erasure.placement import Placement
+from erasure.placement import Placement, room_weights
 from erasure.rehome import Handoffs
 from erasure.repairqueue import (
     Deletions,
@@ -331,15 +333,41 @@ class ErasureCluster:
     def down_nodes(self) -> set[str]:
         return {nid for nid, c in self.clients.items() if not c.up}
 
-    def targets(self, part_uid: str) -> list[str | None]:
-        """Node per fragment index for a new write: the placement, with the fragments of nodes
-        that are down (or out of space) handed off to the next nodes in rendezvous order (None when no node is left)."""
+    def targets(self, part_uid: str, length: int = 0) -> list[str | None]:
+        """Node per fragment index for a new write of `length` bytes: weighted by the nodes'
+        writable room once they fill unevenly (`room_weights`), else the placement, with the
+        fragments of nodes that are down (or out of space) handed off to the next nodes in
+        rendezvous order (None when no node is left)."""
         down = {nid for nid, c in self.clients.items() if not c.writable}
-        nodes: list[str | None] = list(self.placement.primary(part_uid))
-        if down.intersection(nodes):
-            spare = self.placement.handoffs(part_uid, [n for n in nodes if n not in down], down)
-            nodes = [next(spare, None) if n in down else n for n in nodes]
+        nodes: list[str | None] | None = None
+        weights = self.room_weights(down)
+        if weights is not None:
+            try:
+                nodes = list(self.placement.place_weighted(part_uid, weights, down))
+            except ValueError:
+                nodes = None
+        if nodes is None:
+            nodes = list(self.placement.primary(part_uid))
+            if down.intersection(nodes):
+                spare = self.placement.handoffs(part_uid, [n for n in nodes if n not in down],
+                                                down)
+                nodes = [next(spare, None) if n in down else n for n in nodes]
+        if length:
+            # Until the next poll, the room known for a node shrinks by what is sent there.
+            frag = self.codec.archive_length(length)
+            for nid in nodes:
+                c = self.clients.get(nid) if nid else None
+                if c is not None and c.room_bytes is not None:
+                    c.room_bytes = max(0, c.room_bytes - frag)
         return nodes
+
+    def room_weights(self, down: set[str]) -> dict[str, float] | None:
+        """Placement weights of the writable nodes by their room (placement.room_weights);
+        None while some node's room is unknown."""
+        rooms = {nid: c.room_bytes for nid, c in self.clients.items() if nid not in down}
+        if any(r is None for r in rooms.values()):
+            return None
+        return room_weights(rooms)  # type: ignore[arg-type]
 
     def handoff(self, part_uid: str, used: set[str]) -> NodeClient | None:
         """The next writable node in the part's rendezvous order that holds none of its

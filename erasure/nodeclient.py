@@ -124,6 +124,9 @@ class NodeClient:
         self.full_need = 0       # writable bytes (largest drive) that clear `full` again ...
         self.full_floor: int | None = None  # ... if above this figure, seen when it got full
         self.writable_bytes: int | None = None  # largest drive's writable bytes, last known
+        # all drives' writable + reclaimable bytes (room_of): last polled, less the fragments
+        # placed here since (the weight of room-weighted placement)
+        self.room_bytes: int | None = None
         self.on_full: Callable[[NodeClient], None] | None = None  # told when `full` changes
         self.observers = _observers.get(session, ()) if session is not None else ()
 
@@ -176,6 +179,7 @@ class NodeClient:
         room = writable_of(doc)
         if room is not None:
             self.note_room(room, headroom)
+        self.room_bytes = room_of(doc)
         return room
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -388,6 +392,27 @@ class NodeClient:
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
             raise self._down(e) from e
         return list(body.get("damage") or [])
+
+
+def room_of(stats: dict) -> int | None:
+    """What all of a node's drives could still take, from its /v1/stats answer: writable
+    bytes plus the garbage and stranded room reclaim can give back (the capacity less live
+    data and reserve: a node with garbage to reclaim is not fuller than its writable figure
+    says); None if it says nothing."""
+    total, seen = 0, False
+    for d in stats.get("drives") or ():
+        if not isinstance(d, dict):
+            continue
+        v = d.get("writable_bytes", d.get("free_bytes"))
+        if isinstance(v, int):
+            seen = True
+            total += v + sum(d.get(k, 0) for k in ("garbage_bytes", "stranded_bytes")
+                             if isinstance(d.get(k, 0), int))
+    if seen:
+        return total
+    totals = stats.get("totals") or {}
+    v = totals.get("writable_bytes", totals.get("free_bytes"))
+    return v if isinstance(v, int) else None
 
 
 def writable_of(stats: dict) -> int | None:

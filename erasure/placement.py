@@ -6,6 +6,11 @@ one part and no failure domain gets more than its share (none, when there are at
 domains). Adding or removing a node only changes the matches that involve it, plus a few that
 cascade from them: about 1/13 of all placements move when a 13th node joins twelve.
 
+New writes may weight the choice by each node's writable room (`place_weighted`): weighted
+rendezvous (Efraimidis-Spirakis keys u^(1/w)) picks which nodes take the part, so nodes with
+less room left take fewer new fragments and the nodes fill evenly to the end; the layout records
+where each fragment went, so reads never depend on the choice.
+
 Nodes known to be down are not re-matched: their fragments go to *handoff* nodes, the next
 nodes in the part's rendezvous order (a per-part ranking of all nodes), so every other fragment
 stays where it is. Repair uses the same order to find a home for a fragment whose node is gone.
@@ -14,11 +19,14 @@ stays where it is. Repair uses the same order to find a home for a fragment whos
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 PRIMARY_CACHE = 4096  # part placements remembered
+ROOM_BALANCED = 0.9  # nodes' rooms all within this fraction of the most: the plain placement
+ROOM_EXPONENT = 2  # weight = (room / most room) ** this: strong enough to even nodes out
 
 
 @dataclass(frozen=True)
@@ -27,6 +35,19 @@ class NodeSlot:
 
     id: str
     domain: str
+
+
+def room_weights(rooms: Mapping[str, int]) -> dict[str, float] | None:
+    """Weights for `place_weighted` from each node's writable bytes: (room / most)^2 (a node
+    with no room keeps a tiny weight, it comes last), or None - the plain placement - while
+    every node's room is within ROOM_BALANCED of the most (stable placements while the
+    nodes are even; the weighting starts as they drift apart, and grows as they fill)."""
+    if not rooms:
+        return None
+    most = max(rooms.values())
+    if most <= 0 or min(rooms.values()) >= ROOM_BALANCED * most:
+        return None
+    return {nid: max(r / most, 1e-3) ** ROOM_EXPONENT for nid, r in rooms.items()}
 
 
 def _score(*parts: str) -> int:
@@ -125,3 +146,37 @@ class Placement:
                     raise ValueError(f"placement: not enough nodes up for {self.width} fragments")
             out.append(nid)
         return out
+
+    def place_weighted(self, part_uid: str, weights: Mapping[str, float],
+                       exclude: Iterable[str] = ()) -> list[str]:
+        """Node id for each fragment index, nodes chosen with probability growing with their
+        weight (their writable room): weighted rendezvous over the nodes not excluded (a node
+        without a positive weight comes last), failure domains still below their share
+        first. A chosen node keeps its fragment index from `primary` where it has one.
+        Raises ValueError when too few nodes remain."""
+        exclude = set(exclude)
+
+        def key(nid: str) -> float:
+            w = weights.get(nid, 0.0)
+            u = (_score(part_uid, nid) + 1) / ((1 << 64) + 1)  # in (0, 1)
+            return math.log(u) / w if w > 0 else -math.inf
+
+        order = sorted((n for n in self.domain_of if n not in exclude),
+                       key=lambda n: (key(n), _score(part_uid, n)), reverse=True)
+        per_domain: Counter[str] = Counter()
+        chosen: list[str] = []
+        for fresh_only in (True, False):
+            for nid in order:
+                if len(chosen) == self.width:
+                    break
+                dom = self.domain_of[nid]
+                if nid in chosen or (fresh_only and per_domain[dom] >= self.per_domain):
+                    continue
+                chosen.append(nid)
+                per_domain[dom] += 1
+        if len(chosen) < self.width:
+            raise ValueError(f"placement: not enough nodes up for {self.width} fragments")
+        primary = self.primary(part_uid)
+        out: list[str | None] = [n if n in chosen else None for n in primary]
+        rest = iter(n for n in chosen if n not in primary)
+        return [n if n is not None else next(rest) for n in out]

@@ -163,7 +163,7 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
     validate_record_id(archive_id(part_uid, scheme.n - 1))
     if length < 0:
         raise ValueError(f"negative part length {length}")
-    targets = cluster.targets(part_uid)
+    targets = cluster.targets(part_uid, length)
     timeout = cluster.node_timeout
     sinks: dict[int, ArchiveUpload] = {}
 

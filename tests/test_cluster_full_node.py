@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -91,7 +92,8 @@ async def test_full_node_hands_off_and_returns(tmp_path: Path) -> None:
                     break
                 await asyncio.sleep(0.2)
             assert cluster.full_nodes() == [] and seen[-1] == []
-            assert cluster.targets(uid2) == cluster.placement.primary(uid2)
+            # (it has more room than the others now: placement may weight it in)
+            assert victim in cluster.targets(uid2)
             uid3 = uid2.replace(".p1", ".p2")
             layout3 = await cluster.write_part(uid3, one(payload), length=len(payload),
                                                stream="t", meta=lambda r: {})
@@ -100,3 +102,39 @@ async def test_full_node_hands_off_and_returns(tmp_path: Path) -> None:
                 assert b"".join([b async for b in cluster.read_part(lay)]) == payload
             assert cluster.stats["degraded_writes"] == 0
 
+
+
+async def test_nodes_with_less_room_get_fewer_new_fragments(tmp_path: Path) -> None:
+    """Once the nodes' writable room drifts apart (one node holds other data), new parts are
+    placed weighted by room: the tight node takes fewer fragments than every other, and the
+    room known for a node shrinks by what is sent there until the next poll."""
+    geo = Geometry(nr_zones=24, zone_size=MiB, zone_capacity=MiB, max_open_zones=6,
+                   max_active_zones=8)
+    with NodeCluster(tmp_path, 4, drives_per_node=1, geometry=geo) as nc:
+        cfg = ClusterConfig.from_dict({
+            "secret": nc.secret,
+            "erasure": {"k": 2, "m": 1, "segment_size": 65536, "write_quorum": 2,
+                        "state_dir": str(tmp_path / "st")},
+            "nodes": [{"id": i, "url": u} for i, u in zip(nc.ids, nc.urls, strict=True)]})
+        async with ErasureCluster(cfg, health_interval=0, auto_repair=False) as cluster:
+            tight = nc.ids[0]
+            for n in range(40):  # 10 MiB of other data on one node
+                await cluster.clients[tight].put(f"junk{n:03d}", one(os.urandom(JUNK)),
+                                                 length=JUNK, stream="junk", meta=b"")
+            await cluster.check_health()
+            rooms = {nid: c.room_bytes for nid, c in cluster.clients.items()}
+            assert all(isinstance(r, int) for r in rooms.values()), rooms
+            assert rooms[tight] < 0.9 * max(rooms.values()), rooms
+            assert cluster.room_weights(set()) is not None
+
+            counts: Counter[str] = Counter()
+            data = os.urandom(64 * 1024)
+            for i in range(48):
+                lay = await cluster.write_part(f"room{i:04d}.p1", one(data), length=len(data),
+                                               stream="r", meta=lambda r: {})
+                assert lay.missing == []
+                counts.update(lay.placement.values())
+            others = [counts[n] for n in nc.ids if n != tight]
+            assert counts[tight] < min(others), counts
+            sent = cluster.codec.archive_length(len(data)) * counts[nc.ids[1]]
+            assert cluster.clients[nc.ids[1]].room_bytes == rooms[nc.ids[1]] - sent

@@ -116,3 +116,31 @@ async def test_pool_fills_every_drive_and_sums_the_space_figures(tmp_path):
     for rid in list(stored)[::7]:
         assert await read_all(pool, rid) == stored[rid]
     await pool.close()
+
+
+async def test_sticky_streams_with_random_deletes_keep_the_drives_evenly_full(tmp_path):
+    """A few streams, one put at a time, random whole-object deletes holding the pool at
+    60 % live: a stream leaves a drive that is much fuller than the roomiest one, so the
+    drives' live bytes stay within about BALANCE of each other (a stream stuck to one drive
+    would fill it alone)."""
+    import random
+
+    from zonestore.pool import BALANCE
+
+    pool = await make_pool(tmp_path, n=2, zones=40)
+    pool.headroom = 64 * KiB
+    rnd = random.Random(5)
+    cap = sum(log.zone_capacity * len(log.seq_zones) for log in pool.logs)
+    live: dict[str, int] = {}
+    for n in range(400):
+        size = rnd.choice([64, 128, 256]) * KiB
+        while sum(live.values()) + size > 0.6 * cap:
+            rid = rnd.choice(sorted(live))
+            await pool.delete(rid)
+            del live[rid]
+        await pool.put(f"r{n}", payload(n, size), stream=f"s{n // 25 % 3}")
+        live[f"r{n}"] = size
+    lives = [log.stats().live_bytes for log in pool.logs]
+    each = cap / 2
+    assert min(lives) >= BALANCE * max(lives) - 0.05 * each, lives
+    await pool.close()

@@ -68,10 +68,11 @@ async def test_tombstones_keep_killing_older_copies_through_reclaim_and_rebuild(
     drive = make_drive(tmp_path, zones=80, zone_size=64 * KiB)
     log = await open_log(drive, chunk_size=16 * KiB, flush_size=16 * KiB)
     await log.put("x", blob("x", 1, 100), stream="a")
-    for i in range(5):
-        await log.put(f"keep{i}", blob(f"keep{i}", i, 8 * KiB), stream="a")
     ids = [f"t{i}" for i in range(1500)]
-    await asyncio.gather(*(log.put(t, b"t" * 20, stream="b") for t in ids))
+    # Written at once, streams a and b get zones of their own.
+    await asyncio.gather(*(log.put(f"keep{i}", blob(f"keep{i}", i, 8 * KiB), stream="a")
+                           for i in range(5)),
+                         *(log.put(t, b"t" * 20, stream="b") for t in ids))
     await asyncio.gather(*(log.delete(t) for t in ["x", *ids]))
     res = await log.reclaim(min_garbage=0.0)
     # x's old copy still sits in stream a's zone: its tombstone must survive the reclaim;

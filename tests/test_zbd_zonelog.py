@@ -313,3 +313,31 @@ async def test_writer_killed_with_sigkill_loses_no_acknowledged_record(zbd_path,
     assert len(acked) >= 6
     with ZbdZonedDevice(zbd_path) as d:
         reset_all(d)
+
+
+@pytest.mark.soak  # ~2 min per device under TCG: `make soak` runs it in QEMU
+async def test_churn_below_90_percent_live_never_runs_out_of_space_on_the_device(zbd_dev,
+                                                                               tmp_path):
+    """Issue 11's invariant on the real device and its own limits (on a window of its first
+    32 zones, for the guest's time and memory): many streams, mixed record sizes,
+    overwrites and deletes holding the live data at 85 % of the capacity until 1.3 x the
+    capacity was put: no NoSpace, the space figures add up, every live record reads back
+    (WA printed)."""
+    from tests.space_workload import Churn, capacity, check_accounting, read_back
+    from tests.zoned.support import ZoneWindow
+
+    log = await open_log(ZoneWindow(zbd_dev, 32), tmp_path / "index.sqlite",
+                         background_reclaim=True, reclaim_interval=0.2, space_wait=120)
+    try:
+        churn = Churn(target=0.85, streams=40, sizes=[64 * KiB, 256 * KiB, MiB],
+                      user_bytes=int(1.3 * capacity(log)), workers=8, max_ops=10_000,
+                      delete_share=0.3, seed=3)
+        await churn.run(log)
+        assert not churn.no_space, churn.no_space[:3]
+        st = log.stats()
+        print(f"{zbd_dev.info.path}: WA {st.write_amplification:.3f}, reclaim copied "
+              f"{st.gc_bytes_copied >> 20} MiB of {churn.put_bytes >> 20} MiB put")
+        check_accounting(log, churn.model)
+        await read_back(log, churn.model)
+    finally:
+        await log.close()

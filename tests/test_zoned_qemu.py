@@ -3,6 +3,8 @@
 Runs `python -m tests.zoned.harness` (what `make test-zoned` runs) when QEMU, a Debian kernel,
 busybox-static and libzbd are installed (`.ci/run` installs them), and skips with the harness's
 reason otherwise. Also proves the harness tells a crashed or hung guest apart from failing tests.
+Under TCG (no KVM) the guest run takes about 3 minutes; the device tests marked soak (minutes
+each) run in the soak-marked test (`make soak`).
 """
 
 from __future__ import annotations
@@ -44,9 +46,16 @@ def explain(res: subprocess.CompletedProcess[str]) -> str:
     return f"harness exit {res.returncode}\n{res.stdout[-6000:]}\n{res.stderr[-2000:]}"
 
 
+def guest_pytest(marks: str) -> list[str]:
+    """Harness arguments: the guest's pytest on every tests/test_zbd*.py, these marks."""
+    files = [str(p.relative_to(REPO)) for p in sorted(REPO.glob("tests/test_zbd*.py"))]
+    return ["--", "-m", marks, "-q", *files]
+
+
 @pytest.mark.timeout(600)
 def test_zoned_device_tests_pass_inside_qemu_on_zns_and_null_blk():
-    res = run_harness("--timeout", "480")
+    # The soak-marked device tests (minutes under TCG) run in the soak test below.
+    res = run_harness("--timeout", "480", *guest_pytest("zoned and not soak"))
     assert res.returncode == 0, explain(res)
     assert "guest tests passed" in res.stdout
     # The devices were really there: the device tests ran rather than skipped.
@@ -64,3 +73,12 @@ def test_failing_guest_tests_crashes_and_timeouts_get_distinct_exit_codes():
     hung = run_harness("--timeout", "2")
     assert hung.returncode == harness.EXIT_TIMEOUT, explain(hung)
     assert "timed out" in hung.stdout
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(1500)
+def test_long_zoned_device_tests_pass_inside_qemu():
+    res = run_harness("--timeout", "1200", *guest_pytest("zoned and soak"), timeout=1400)
+    assert res.returncode == 0, explain(res)
+    passed = re.search(r"(\d+) passed", res.stdout.splitlines()[-1])
+    assert passed and int(passed.group(1)) >= 2, explain(res)

@@ -1,8 +1,10 @@
 """The drives of one storage node as a single record store: a `DrivePool` of zone logs.
 
-A put goes to the drive chosen by load (puts in flight) and writable space (zonestore/space.py;
-a drive whose reclaim can make room when none has it writable), and a stream sticks to
-its drive while that drive has room, so that lifetime grouping still works per drive. Which
+A put goes to the drive chosen by load (puts in flight) and room (capacity less live bytes)
+among the drives with writable space (zonestore/space.py; a drive whose reclaim can make room
+when none has it writable), and a stream sticks to its drive while that drive has writable
+room and is not much fuller than the roomiest drive (BALANCE), so that lifetime grouping still
+works per drive and the drives fill evenly (a fuller drive costs more reclaim copying). Which
 drive holds an id is asked of each log's index; a put that replaces an id living on another
 drive deletes the old copy there once the new one is durable.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import fields
 
@@ -22,6 +25,8 @@ from zonestore.zonelog import LogStats, RecordInfo, ZoneLog
 
 MiB = 1024 * 1024
 log = logging.getLogger("zonestore.pool")
+BALANCE = 0.85  # a drive whose room is below this share of the roomiest drive's takes no new streams
+ROOM_REFRESH = 0.25  # seconds a drive's room figure is reused (it sums every zone's live bytes)
 
 
 class DrivePool:
@@ -32,6 +37,8 @@ class DrivePool:
         self.headroom = headroom  # a stream moves on when its drive has less free than this
         self._inflight = [0] * len(self.logs)
         self._stream_drive: dict[str, int] = {}
+        self._rooms: list[int] = []
+        self._rooms_at = -1.0
         self.failed: dict[int, str] = {}  # drive index -> the error that failed it
 
     def fail(self, i: int, exc: BaseException) -> None:
@@ -57,16 +64,32 @@ class DrivePool:
                 return i
         return None
 
+    def rooms(self) -> list[int]:
+        """Each drive's capacity less its live bytes (refreshed every ROOM_REFRESH s)."""
+        now = time.monotonic()
+        if now - self._rooms_at >= ROOM_REFRESH or len(self._rooms) != len(self.logs):
+            self._rooms = [log.zone_capacity * len(log.seq_zones)
+                           - sum(v for v in log.index.live.values() if v > 0)
+                           for log in self.logs]
+            self._rooms_at = now
+        return self._rooms
+
     def pick(self, stream: str, length: int | None = None) -> int:
         need = max(self.headroom if length is None else length, 1)
-        i = self._stream_drive.get(stream)
-        if i is not None and i not in self.failed and self.logs[i].free_bytes() >= need:
-            return i
+        rooms = self.rooms()
         live = self.working()
         if not live:
             raise DriveFailed("every drive of this node has failed")
+        even = BALANCE * max(rooms[j] for j in live)  # a failed drive's room is no measure
+        i = self._stream_drive.get(stream)
+        if i is not None and i not in self.failed and self.logs[i].free_bytes() >= need \
+                and rooms[i] >= even:
+            return i
         frees = [self.logs[j].free_bytes() if j in live else -1 for j in range(len(self.logs))]
-        ok = [j for j, f in enumerate(frees) if f >= need]
+        # A roomy drive short of writable space is worth its reclaim (the put waits for it):
+        # cheaper than filling a fuller drive, whose reclaim copies more.
+        ok = [j for j, f in enumerate(frees) if f >= need or (
+            j in live and rooms[j] >= even and self.logs[j].obtainable_bytes() >= need)]
         if not ok:
             # No drive can take it as it is: one whose reclaim can make room (the put waits
             # for it), else any with some room left.
@@ -78,8 +101,10 @@ class DrivePool:
             err = NoSpace("every drive in the pool is full")
             err.writable_bytes = sum(frees)  # type: ignore[attr-defined]
             raise err
-        # Spread concurrent streams: fewest puts in flight first, then the most free space.
-        j = min(ok, key=lambda j: (self._inflight[j], -frees[j]))
+        # Spread concurrent streams: fewest puts in flight first, then the most room; the
+        # drives much fuller than the roomiest take new streams only when no other can.
+        ok = [j for j in ok if rooms[j] >= even] or ok
+        j = min(ok, key=lambda j: (self._inflight[j], -rooms[j], -frees[j]))
         self._stream_drive[stream] = j
         return j
 

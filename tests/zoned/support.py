@@ -81,3 +81,32 @@ class WriteAudit:
 
     def close(self) -> None:
         self._pyzbd.close_device(self.fd)
+
+
+class ZoneWindow:
+    """The first `zones` zones of a real zoned device, as a device of that many zones: the
+    same zones, limits and I/O path, so that a test can fill it in the guest's time and
+    memory (a memory-backed null_blk of 1 GiB would not fit a 1 GiB guest). Everything else
+    is the device's own."""
+
+    def __init__(self, dev, zones: int) -> None:
+        import dataclasses
+
+        self.dev = dev
+        self.nr = min(zones, dev.info.nr_zones)
+        self.info = dataclasses.replace(dev.info, nr_zones=self.nr)
+
+    def report_zones(self, first: int = 0, count: int | None = None):
+        last = self.nr if count is None else min(self.nr, first + count)
+        return self.dev.report_zones(first, max(0, last - first)) if first < last else []
+
+    def zone(self, index: int):
+        if not 0 <= index < self.nr:
+            raise IndexError(index)
+        return self.dev.zone(index)
+
+    def zone_index(self, offset: int) -> int:
+        return offset // self.info.zone_size
+
+    def __getattr__(self, name: str):
+        return getattr(self.dev, name)

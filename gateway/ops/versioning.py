@@ -186,17 +186,19 @@ async def release(gw: Any, marks: list[int | None]) -> None:
 
 
 async def delete_current(gw: Any, bucket: str, key: str, owner: str,
-                         state: str | None = None) -> Any:
+                         state: str | None = None, if_version: str | None = None) -> Any:
     """DELETE without a version id, as S3 does it for the bucket's versioning state: "off"
     removes the object (returns its record, None if absent); enabled or suspended adds a
     delete marker, written to the nodes first (returns the marker as stored).
     NoSuchBucket when the bucket went meanwhile; ServiceUnavailable when too few nodes
-    answered the marker write. For DeleteObject and the lifecycle worker alike."""
+    answered the marker write. For DeleteObject and the lifecycle worker alike.
+    if_version: only if the current object is still that write (`ObjectRecord.version`), else
+    nothing changes and the answer is None (the lifecycle worker's expiry)."""
     store = gw.store
     if state is None:
         state = await bucket_state(store, bucket)
     if state == "off":
-        gone = await store.delete_object(bucket, key)
+        gone = await store.delete_object(bucket, key, if_version=if_version)
         if gone is not None:
             gw.kick_sweeper()
         return gone
@@ -206,12 +208,14 @@ async def delete_current(gw: Any, bucket: str, key: str, owner: str,
     # The pending mark goes once the commit is known to have happened (or is known not to):
     # after any other failure it stays, and the sweeper deletes the marker's archives.
     try:
-        stored = await store.put_delete_marker(markers[0], state)
+        stored = await store.put_delete_marker(markers[0], state, if_version=if_version)
     except NoSuchBucketError:
         await store.queue_orphans([markers[0].manifest])
         await release(gw, marks)
         gw.kick_sweeper()
         raise S3Error("NoSuchBucket", resource="/" + bucket, BucketName=bucket) from None
+    if stored is None:  # the object changed meanwhile: the marker written is not needed
+        await store.queue_orphans([markers[0].manifest])
     await release(gw, marks)
     gw.kick_sweeper()
     return stored

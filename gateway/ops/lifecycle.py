@@ -1,5 +1,6 @@
 """Put/Get/DeleteBucketLifecycleConfiguration, and the `x-amz-expiration` header that GET,
-HEAD and PUT of an object the rules will expire carry.
+HEAD, PUT, CopyObject and CompleteMultipartUpload of an object the rules will expire carry
+(`x-amz-abort-date` / `x-amz-abort-rule-id` on CreateMultipartUpload and ListParts).
 
 The configuration is validated and normalised by gateway/lifecycle/config.py and kept as the
 bucket's `lifecycle` config document; the worker (gateway/lifecycle/worker.py) applies it.
@@ -7,6 +8,7 @@ bucket's `lifecycle` config document; the worker (gateway/lifecycle/worker.py) a
 
 from __future__ import annotations
 
+import email.utils
 from typing import Any
 
 from starlette.responses import Response
@@ -69,3 +71,18 @@ async def tag_and_expiry_headers(req: S3Request, obj: ObjectRecord) -> dict[str,
     """The headers GET and HEAD add for tagging and lifecycle."""
     from gateway.ops.tags import tag_count_header
     return {**tag_count_header(obj), **await expiration_headers(req, obj)}
+
+
+async def abort_headers(req: S3Request, bucket: str, key: str,
+                        initiated: float) -> dict[str, str]:
+    """`x-amz-abort-date` and `x-amz-abort-rule-id` for an upload an
+    AbortIncompleteMultipartUpload rule will abort ({} when none does), as S3 answers
+    CreateMultipartUpload and ListParts."""
+    doc = lcconfig.load(await req.gw.store.get_bucket_config(bucket, "lifecycle"))
+    if not doc:
+        return {}
+    hit = rules.upload_abort(doc, key, initiated, day_seconds(req.gw))
+    if hit is None:
+        return {}
+    return {"x-amz-abort-date": email.utils.formatdate(hit[0], usegmt=True),
+            "x-amz-abort-rule-id": hit[1]}

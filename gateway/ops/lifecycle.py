@@ -17,7 +17,7 @@ from gateway.errors import S3Error
 from gateway.lifecycle import config as lcconfig
 from gateway.lifecycle import rules
 from gateway.metadata import ObjectRecord
-from gateway.ops.common import S3Request, read_small_body, require_bucket
+from gateway.ops.common import S3Request, bucket_config, read_small_body, require_bucket
 from gateway.ops.tags import require_integrity_header, save_config
 
 MAX_LIFECYCLE_BODY = 4 * 1024 * 1024  # 1000 rules of several tags each fit
@@ -57,7 +57,7 @@ async def expiration_headers(req: S3Request, obj: ObjectRecord) -> dict[str, str
     none does, or when a specific version was asked for, as S3 answers)."""
     if req.query.get("versionId") is not None:
         return {}
-    doc = lcconfig.load(await req.gw.store.get_bucket_config(obj.bucket, "lifecycle"))
+    doc = lcconfig.load(await bucket_config(req, obj.bucket, "lifecycle"))
     if not doc:
         return {}
     hit = rules.current_expiry(doc, obj.key, obj.size, getattr(obj, "tags", None) or {},
@@ -78,7 +78,7 @@ async def abort_headers(req: S3Request, bucket: str, key: str,
     """`x-amz-abort-date` and `x-amz-abort-rule-id` for an upload an
     AbortIncompleteMultipartUpload rule will abort ({} when none does), as S3 answers
     CreateMultipartUpload and ListParts."""
-    doc = lcconfig.load(await req.gw.store.get_bucket_config(bucket, "lifecycle"))
+    doc = lcconfig.load(await bucket_config(req, bucket, "lifecycle"))
     if not doc:
         return {}
     hit = rules.upload_abort(doc, key, initiated, day_seconds(req.gw))

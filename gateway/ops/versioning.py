@@ -27,6 +27,7 @@ from gateway.ops.common import (
     MAX_DELETE_KEYS,
     S3_NS,
     S3Request,
+    bucket_config,
     check_key,
     el,
     http_date,
@@ -35,6 +36,7 @@ from gateway.ops.common import (
     parse_xml,
     read_small_body,
     require_bucket,
+    seen_configs,
     x,
     xml_response,
 )
@@ -88,7 +90,7 @@ async def get_versioning(req: S3Request) -> Response:
 async def prepare_write(req: S3Request, rec: ObjectRecord) -> str:
     """Give rec its version id by the bucket's state (remembered on the request for the
     commit, `store_state`, and the response, `written_headers`)."""
-    state = await bucket_state(req.gw.store, rec.bucket)
+    state = state_of(await bucket_config(req, rec.bucket, KIND))
     req.extra["versioning"] = state
     rec.version_id = new_version_id() if state == "enabled" else NULL
     return state
@@ -156,11 +158,15 @@ async def object_for_read(req: S3Request, bucket: str, key: str,
 
 
 def read_headers(req: S3Request, obj: ObjectRecord) -> dict[str, str]:
-    """x-amz-version-id on GET/HEAD: for versions that have an id, and whenever one was asked
-    for (a "null" version of a versioned bucket otherwise goes without: saving the
-    bucket-state read on every GET)."""
+    """x-amz-version-id on GET/HEAD: for versions that have an id, whenever one was asked for,
+    and for the "null" version of a versioning-enabled or suspended bucket, as S3 (its state
+    from the configs the access check read; without that read, the null version goes
+    without)."""
     if obj.version_id != NULL or "versionId" in req.query:
         return {"x-amz-version-id": obj.version_id}
+    seen = seen_configs(req, obj.bucket)
+    if seen is not None and state_of(seen.get(KIND)) != "off":
+        return {"x-amz-version-id": NULL}
     return {}
 
 

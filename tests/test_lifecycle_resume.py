@@ -59,3 +59,40 @@ async def test_a_run_resumes_from_the_saved_marker_and_runs_once(stores, monkeyp
     assert claim.marker == ""
     await w2.work_bucket("b", day + 1, claim.marker)
     assert await _keys(s, "b") == ["new"]
+
+
+class _PutLandsBeforeTheDelete:
+    """A store where a client's PUT of `key` commits just after the worker's re-read of it and
+    before its delete: the race the expiry's `if_version` condition closes."""
+
+    def __init__(self, store, key: str, fresh: ObjectRecord) -> None:
+        self._store, self._key, self._fresh = store, key, fresh
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    async def delete_object(self, bucket, key, **kw):
+        if key == self._key and self._fresh is not None:
+            await self._store.put_object(self._fresh)
+            self._fresh = None
+        return await self._store.delete_object(bucket, key, **kw)
+
+
+async def test_expiry_spares_a_put_that_lands_after_the_worker_judged(stores):
+    s = await stores.open()
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    old = time.time() - 10 * 86400
+    for k in ("a", "b", "c"):
+        await s.put_object(ObjectRecord("b", k, 1, "e", old, "alice", f"old-{k}"))
+    doc = config.parse_lifecycle(
+        b"<LifecycleConfiguration><Rule><ID>r</ID><Filter/><Status>Enabled</Status>"
+        b"<Expiration><Days>3</Days></Expiration></Rule></LifecycleConfiguration>")
+    await s.put_bucket_config("b", "lifecycle", config.dump(doc))
+    fresh = ObjectRecord("b", "b", 5, "e2", time.time(), "alice", "new-b")
+    w = worker.LifecycleWorker(_Gateway(_PutLandsBeforeTheDelete(s, "b", fresh)))
+    assert await w.run_once() == 1
+    # a and c expired; b's new write, committed after the worker judged the old one, is kept
+    assert await _keys(s, "b") == ["b"]
+    got = await s.get_object("b", "b")
+    assert got.version == "new-b" and got.size == 5
+    assert w.stats.expired == 2

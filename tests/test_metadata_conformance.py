@@ -135,6 +135,10 @@ class VersionRules(Base):
     def some_version(self, data: st.DataObject) -> tuple[str, str, str]:
         return data.draw(st.sampled_from(self.written))
 
+    def maybe_write(self, data: st.DataObject) -> str | None:
+        """An `if_version` condition: none, or some write's `version` (current or not)."""
+        return data.draw(st.none() | st.sampled_from(self.versions)) if self.versions else None
+
     @rule(data=st.data(), n=st.integers(1, 5), tags=tag_sets, acl=acls)
     def put_several_versions(self, data: st.DataObject, n: int, tags: dict[str, str],
                              acl: Any) -> None:
@@ -177,7 +181,8 @@ class VersionRules(Base):
                           with_layout: bool) -> None:
         bucket, key, _ = self.some_version(data)
         m = self.marker(bucket, key, versioning, when, with_layout)
-        self.same(lambda s: s.put_delete_marker(m, versioning))
+        cond = self.maybe_write(data)
+        self.same(lambda s: s.put_delete_marker(m, versioning, if_version=cond))
         self.same_current(bucket, key)
 
     @rule(versioning=versionings, data=st.data())
@@ -188,12 +193,12 @@ class VersionRules(Base):
             kind = data.draw(st.sampled_from(["current", "version", "marker"]))
             _, key, vid = self.some_version(data)
             if kind == "current":
-                items.append(DeleteItem(key))
+                items.append(DeleteItem(key, if_version=self.maybe_write(data)))
             elif kind == "version":
                 items.append(DeleteItem(key, vid))
             else:
                 m = self.marker(bucket, key, versioning, 1.0, True)
-                items.append(DeleteItem(key, marker=m))
+                items.append(DeleteItem(key, marker=m, if_version=self.maybe_write(data)))
         self.same(lambda s: s.delete_many(bucket, items, versioning))
         for it in items:
             self.same_current(bucket, it.key)
@@ -242,7 +247,14 @@ class VersionRules(Base):
     @rule(data=st.data())
     def delete_current(self, data: st.DataObject) -> None:
         bucket, key = data.draw(self.BUCKETS), data.draw(self.KEYS)
-        self.same(lambda s: s.delete_object(bucket, key))
+        if data.draw(st.booleans()):
+            # Expire only the write judged: often the current one, or any other.
+            cur = self.same(lambda s: s.get_object(bucket, key))
+            cond = cur.version if cur is not None and data.draw(st.booleans()) \
+                else self.maybe_write(data)
+            self.same(lambda s: s.delete_object(bucket, key, if_version=cond))
+        else:
+            self.same(lambda s: s.delete_object(bucket, key))
         self.same(lambda s: s.get_object(bucket, key))
 
     @rule(tags=tag_sets, data=st.data())

@@ -1,6 +1,7 @@
 """`zonegate recover-metadata` on versioned buckets: delete the metadata store, rebuild it from
 the nodes alone, and every version and delete marker of every key comes back in its order,
-with its bytes, and each bucket's versioning state with it; the fragment audit then finds every
+with its bytes and its own tags (set at write time: PutObject, multipart, CopyObject), and
+each bucket's versioning state with it; the fragment audit then finds every
 archive owned, and deleting a recovered version frees its fragments."""
 
 from __future__ import annotations
@@ -36,7 +37,10 @@ def snapshot(g: Gateway, s3, buckets: list[str]) -> dict:
         for key, vid, _, marker in chain:
             if not marker:
                 h = s3.head_object(Bucket=b, Key=key, VersionId=vid)
-                etags[(key, vid)] = (h["ETag"], h["ContentLength"], h.get("Metadata"))
+                tags = s3.get_object_tagging(Bucket=b, Key=key, VersionId=vid)["TagSet"]
+                etags[(key, vid)] = (h["ETag"], h["ContentLength"], h.get("Metadata"),
+                                     h.get("TagCount"), sorted((t["Key"], t["Value"])
+                                                               for t in tags))
         out[b] = {"versions": chain, "etags": etags,
                   "state": s3.get_bucket_versioning(Bucket=b).get("Status")}
     return out
@@ -86,8 +90,9 @@ def test_recover_metadata_brings_back_every_version_and_delete_marker(tmp_path, 
             blobs[(b, k, vid)] = data
             return vid
 
-        for i in range(3):
-            put("ckv", "run1/model.pt", os.urandom(50_000 + i), Metadata={"step": str(i)})
+        for i in range(3):   # each version its own tags
+            put("ckv", "run1/model.pt", os.urandom(50_000 + i), Metadata={"step": str(i)},
+                Tagging=f"step={i}&run=run1" if i != 1 else "")
         put("ckv", "run1/gone.pt", b"deleted later")
         s3.delete_object(Bucket="ckv", Key="run1/gone.pt")
         put("ckv", "run1/back.pt", b"first")
@@ -95,10 +100,19 @@ def test_recover_metadata_brings_back_every_version_and_delete_marker(tmp_path, 
         put("ckv", "run1/back.pt", b"second")            # a marker in the middle of a chain
         big = os.urandom(11 * MiB)
         s3.upload_fileobj(io.BytesIO(big), "ckv", "run1/shard.bin",
+                              ExtraArgs={"Tagging": "kind=shard&keep=yes please"},
                               Config=TransferConfig(multipart_threshold=5 * MiB,
                                                     multipart_chunksize=5 * MiB))
         vid = s3.head_object(Bucket="ckv", Key="run1/shard.bin")["VersionId"]
         blobs[("ckv", "run1/shard.bin", vid)] = big
+        # A copy with new tags, and one keeping its source's.
+        first = versions_of(g, "ckv", "run1/model.pt")[-1][1]
+        for dst, kw in (("run1/copy-new.pt", {"TaggingDirective": "REPLACE",
+                                              "Tagging": "copied=new"}),
+                        ("run1/copy-kept.pt", {})):
+            vid = s3.copy_object(Bucket="ckv", Key=dst, CopySource={
+                "Bucket": "ckv", "Key": "run1/model.pt", "VersionId": first}, **kw)["VersionId"]
+            blobs[("ckv", dst, vid)] = blobs[("ckv", "run1/model.pt", first)]
         # Suspended in between: the null version keeps its place in the chain.
         put("ckv", "mixed", b"enabled-1")
         s3.put_bucket_versioning(Bucket="ckv", VersioningConfiguration={"Status": "Suspended"})
@@ -114,14 +128,25 @@ def test_recover_metadata_brings_back_every_version_and_delete_marker(tmp_path, 
         del blobs[("ckv", "run1/model.pt", doomed)]
         # Unversioned: the newest only; suspended: a null delete marker.
         put("plain", "k", b"old")
-        put("plain", "k", b"new")
+        put("plain", "k", b"new", Tagging="plain=1")
         s3.put_bucket_versioning(Bucket="susp", VersioningConfiguration={"Status": "Suspended"})
-        put("susp", "k", b"null")
+        put("susp", "k", b"null", Tagging="gone=soon")
         s3.delete_object(Bucket="susp", Key="k")
         buckets = ["ckv", "plain", "susp"]
         before = snapshot(g, s3, buckets)
         assert [v[3] for v in before["susp"]["versions"]] == [True]
-        assert len(before["ckv"]["versions"]) == 12
+        assert len(before["ckv"]["versions"]) == 14
+        tags = {k: v[4] for k, v in before["ckv"]["etags"].items()}
+        assert tags[("run1/model.pt", first)] == [("run", "run1"), ("step", "0")]
+        assert sorted(t for (k, _), t in tags.items() if k == "run1/model.pt") == [
+            [], [("run", "run1"), ("step", "0")], [("run", "run1"), ("step", "2")]]
+        assert [t for (k, _), t in tags.items() if k == "run1/shard.bin"] == [
+            [("keep", "yes please"), ("kind", "shard")]]
+        assert [t for (k, _), t in tags.items() if k == "run1/copy-new.pt"] == [
+            [("copied", "new")]]
+        assert [t for (k, _), t in tags.items() if k == "run1/copy-kept.pt"] == [
+            [("run", "run1"), ("step", "0")]]
+        assert list(before["plain"]["etags"].values())[0][4] == [("plain", "1")]
         # Let the sweeper free what was replaced or deleted, so nothing stale is on the nodes.
         assert doomed_archives and wait_for(lambda: not (doomed_archives & archive_ids(g)))
 

@@ -1,6 +1,7 @@
 """Put/Get/DeleteBucketLifecycleConfiguration through boto3 and `aws s3api` on real processes:
 rules read back as sent, bad configurations get S3's codes and change nothing, and GET, HEAD
-and PUT of an object a rule will expire carry x-amz-expiration."""
+and PUT (CopyObject, CompleteMultipartUpload) of an object a rule will expire carry
+x-amz-expiration, and uploads an abort rule will abort carry x-amz-abort-date and x-amz-abort-rule-id."""
 
 from __future__ import annotations
 
@@ -154,3 +155,47 @@ def test_aws_cli_lifecycle(gw, s3, tmp_path_factory):
     s3api("delete-bucket-lifecycle", "--bucket", "lcb")
     p = s3api("get-bucket-lifecycle-configuration", "--bucket", "lcb", check=False)
     assert p.returncode != 0 and "NoSuchLifecycleConfiguration" in p.stderr
+
+
+def test_expiration_on_copy_and_complete_and_abort_date_on_uploads(s3):
+    s3.create_bucket(Bucket="lcc")
+    s3.put_bucket_lifecycle_configuration(Bucket="lcc", LifecycleConfiguration={"Rules": [
+        {"ID": "week", "Filter": {"Prefix": "ckpt/"}, "Status": "Enabled",
+         "Expiration": {"Days": 7}},
+        {"ID": "crashed jobs", "Filter": {"Prefix": "ckpt/"}, "Status": "Enabled",
+         "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 2}}]})
+    pat = re.compile(r'expiry-date="(.+ 00:00:00 GMT)", rule-id="week"')
+    s3.put_object(Bucket="lcc", Key="src", Body=b"x")
+    copied = s3.copy_object(Bucket="lcc", Key="ckpt/copy", CopySource={"Bucket": "lcc",
+                                                                       "Key": "src"})
+    assert pat.fullmatch(copied["Expiration"]), copied
+    other = s3.copy_object(Bucket="lcc", Key="elsewhere", CopySource={"Bucket": "lcc",
+                                                                      "Key": "src"})
+    assert "Expiration" not in other
+    # an upload under the abort rule's prefix: abort date and rule on Create and ListParts
+    up = s3.create_multipart_upload(Bucket="lcc", Key="ckpt/shard")
+    assert up["AbortRuleId"] == "crashed jobs"
+    when = up["AbortDate"]
+    assert (when.hour, when.minute, when.second) == (0, 0, 0)
+    initiated = next(u["Initiated"] for u in s3.list_multipart_uploads(Bucket="lcc")["Uploads"]
+                     if u["UploadId"] == up["UploadId"])
+    assert 2 * 86400 <= (when - initiated).total_seconds() <= 3 * 86400
+    part = s3.upload_part(Bucket="lcc", Key="ckpt/shard", UploadId=up["UploadId"],
+                          PartNumber=1, Body=b"p" * 100)
+    parts = s3.list_parts(Bucket="lcc", Key="ckpt/shard", UploadId=up["UploadId"])
+    assert parts["AbortDate"] == when and parts["AbortRuleId"] == "crashed jobs"
+    done = s3.complete_multipart_upload(
+        Bucket="lcc", Key="ckpt/shard", UploadId=up["UploadId"],
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    assert pat.fullmatch(done["Expiration"]), done
+    # outside the rules' prefix: none of these headers
+    up = s3.create_multipart_upload(Bucket="lcc", Key="free/shard")
+    assert "AbortDate" not in up and "AbortRuleId" not in up
+    part = s3.upload_part(Bucket="lcc", Key="free/shard", UploadId=up["UploadId"],
+                          PartNumber=1, Body=b"p")
+    assert "AbortDate" not in s3.list_parts(Bucket="lcc", Key="free/shard",
+                                            UploadId=up["UploadId"])
+    done = s3.complete_multipart_upload(
+        Bucket="lcc", Key="free/shard", UploadId=up["UploadId"],
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    assert "Expiration" not in done

@@ -112,6 +112,16 @@ def test_unversioned_bucket_answers_no_version_ids(s3):
     assert "Versions" not in s3.list_object_versions(Bucket="plainv")
 
 
+def test_the_null_version_is_named_once_versioning_is_enabled(s3):
+    s3.create_bucket(Bucket="laterv")
+    s3.put_object(Bucket="laterv", Key="before", Body=b"b")
+    assert "VersionId" not in s3.head_object(Bucket="laterv", Key="before")
+    s3.put_bucket_versioning(Bucket="laterv", VersioningConfiguration={"Status": "Enabled"})
+    # the object written before is the "null" version, and GET / HEAD say so, as S3 does
+    assert s3.head_object(Bucket="laterv", Key="before")["VersionId"] == "null"
+    assert s3.get_object(Bucket="laterv", Key="before")["VersionId"] == "null"
+
+
 def test_overwrites_keep_every_version_readable_by_id(cluster, s3, bucket):
     bodies = [os.urandom(1000 + i) for i in range(3)]
     ids = [s3.put_object(Bucket=bucket, Key="ckpt/model.pt", Body=b)["VersionId"]
@@ -216,6 +226,9 @@ def test_suspended_bucket_writes_the_null_version_in_place(cluster, s3, bucket):
     assert wait_for(lambda: not (first_null & archive_ids(cluster)))
     assert versions_of(cluster, bucket) == [("k", "null", True, False), ("k", v1, False, False)]
     assert s3.get_object(Bucket=bucket, Key="k", VersionId="null")["Body"].read() == b"null-2"
+    # GET and HEAD of the current null version answer its id, as S3 does on a versioned bucket
+    assert s3.get_object(Bucket=bucket, Key="k")["VersionId"] == "null"
+    assert s3.head_object(Bucket=bucket, Key="k")["VersionId"] == "null"
     # A delete on a suspended bucket: a null delete marker, replacing the null version.
     d = s3.delete_object(Bucket=bucket, Key="k")
     assert d["DeleteMarker"] is True and d["VersionId"] == "null"

@@ -212,8 +212,9 @@ class LifecycleWorker:
             return False  # overwritten or deleted meanwhile: judged again next day
         b = await store.get_bucket(bucket)
         try:
+            # Conditional on the write judged: a PUT landing after the re-read is kept.
             gone = await delete_current(self.gw, bucket, listed.key, b.owner if b else "",
-                                        state)
+                                        state, if_version=listed.version)
         except S3Error as e:
             if e.code == "NoSuchBucket":
                 return False

@@ -102,7 +102,8 @@ class PgVersions:
                         "MAX(seq) FROM versions WHERE bucket=$1 AND key=$2)", bucket, kb)
 
     async def _del_current(self, c: asyncpg.Connection, bucket: str, key: str,
-                           freed: list[dict]) -> ObjectRecord | None:
+                           freed: list[dict], if_version: str | None = None
+                           ) -> ObjectRecord | None:
         kb = key_bytes(key)
         if await self._lock_key(c, bucket, kb) is None:
             return None  # no version, so no current object
@@ -111,6 +112,8 @@ class PgVersions:
         if row is None:
             return None
         old = obj_row(row)
+        if if_version is not None and old.version != if_version:
+            return None
         await c.execute("DELETE FROM versions WHERE bucket=$1 AND key=$2 AND version_id=$3",
                         bucket, kb, old.version_id)
         await self._sync_current(c, bucket, kb)
@@ -132,13 +135,17 @@ class PgVersions:
         return v
 
     async def _add_marker(self, c: asyncpg.Connection, marker: VersionRecord,
-                          versioning: str, freed: list[dict]) -> VersionRecord:
+                          versioning: str, freed: list[dict],
+                          if_version: str | None = None) -> VersionRecord | None:
         if versioning not in ("enabled", "suspended"):
             raise ValueError(f"no delete markers while versioning is {versioning!r}")
         if not await c.fetchval("SELECT 1 FROM buckets WHERE name=$1 FOR SHARE", marker.bucket):
             raise NoSuchBucketError(marker.bucket)
         kb = key_bytes(marker.key)
         latest = await self._lock_key(c, marker.bucket, kb)
+        if if_version is not None and if_version != await c.fetchval(
+                "SELECT version FROM objects WHERE bucket=$1 AND key=$2", marker.bucket, kb):
+            return None
         m = marker_record(marker, marker.version_id if versioning == "enabled" else "null")
         replaced = await self._take(c, marker.bucket, kb, m.version_id)
         _unseen(latest, replaced)
@@ -221,15 +228,18 @@ class PgVersions:
                     out.append(await self._del_version(c, bucket, it.key, it.version_id, freed))
                 elif it.marker is not None:
                     m = dataclasses.replace(it.marker, bucket=bucket, key=it.key)
-                    out.append(await self._add_marker(c, m, versioning, freed))
+                    out.append(await self._add_marker(c, m, versioning, freed,
+                                                      it.if_version))
                 else:
-                    out.append(await self._del_current(c, bucket, it.key, freed))
+                    out.append(await self._del_current(c, bucket, it.key, freed,
+                                                       it.if_version))
             await self._queue(c, freed, time.time() + self.free_delay)
             return out
         return await self._tx(tx)
 
-    async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
-        return (await self.delete_many(bucket, [DeleteItem(key)]))[0]
+    async def delete_object(self, bucket: str, key: str, *,
+                            if_version: str | None = None) -> ObjectRecord | None:
+        return (await self.delete_many(bucket, [DeleteItem(key, if_version=if_version)]))[0]
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
         return await self.delete_many(bucket, [DeleteItem(k) for k in keys])
@@ -238,10 +248,10 @@ class PgVersions:
                              version_id: str) -> VersionRecord | None:
         return (await self.delete_many(bucket, [DeleteItem(key, version_id)]))[0]  # type: ignore[return-value]
 
-    async def put_delete_marker(self, marker: VersionRecord,
-                                versioning: str) -> VersionRecord:
-        got = await self.delete_many(marker.bucket, [DeleteItem(marker.key, marker=marker)],
-                                     versioning)
+    async def put_delete_marker(self, marker: VersionRecord, versioning: str, *,
+                                if_version: str | None = None) -> VersionRecord | None:
+        got = await self.delete_many(marker.bucket, [DeleteItem(
+            marker.key, marker=marker, if_version=if_version)], versioning)
         return got[0]  # type: ignore[return-value]
 
     async def _set_field(self, bucket: str, key: str, version_id: str | None, col: str,

@@ -76,8 +76,10 @@ class SqliteVersions:
                   "FROM versions WHERE bucket=? AND key=?)", (bucket, kb, bucket, kb))
 
     def _del_current(self, c: sqlite3.Connection, bucket: str, key: str,
-                     freed: list[dict]) -> ObjectRecord | None:
+                     freed: list[dict], if_version: str | None = None) -> ObjectRecord | None:
         old = self._get_obj(c, bucket, key)
+        if old is not None and if_version is not None and old.version != if_version:
+            return None
         if old is not None:
             kb = _k(key)
             c.execute("DELETE FROM versions WHERE bucket=? AND key=? AND version_id=?",
@@ -100,11 +102,15 @@ class SqliteVersions:
         return v
 
     def _add_marker(self, c: sqlite3.Connection, marker: VersionRecord, versioning: str,
-                    freed: list[dict]) -> VersionRecord:
+                    freed: list[dict], if_version: str | None = None) -> VersionRecord | None:
         if versioning not in ("enabled", "suspended"):
             raise ValueError(f"no delete markers while versioning is {versioning!r}")
         self._require_bucket(c, marker.bucket)
         kb = _k(marker.key)
+        if if_version is not None:
+            cur = self._get_obj(c, marker.bucket, marker.key)
+            if cur is None or cur.version != if_version:
+                return None
         m = marker_record(marker, marker.version_id if versioning == "enabled" else "null")
         replaced = self._take(c, marker.bucket, kb, m.version_id)
         if replaced is not None:
@@ -168,9 +174,9 @@ class SqliteVersions:
                     out.append(self._del_version(c, bucket, it.key, it.version_id, freed))
                 elif it.marker is not None:
                     m = dataclasses.replace(it.marker, bucket=bucket, key=it.key)
-                    out.append(self._add_marker(c, m, versioning, freed))
+                    out.append(self._add_marker(c, m, versioning, freed, it.if_version))
                 else:
-                    out.append(self._del_current(c, bucket, it.key, freed))
+                    out.append(self._del_current(c, bucket, it.key, freed, it.if_version))
             self._queue(c, freed, time.time() + self.free_delay)
         return out
 
@@ -257,8 +263,10 @@ class SqliteVersions:
         return await self._w(self._put_object, rec, if_version=if_version, if_absent=if_absent,
                              upload_id=upload_id, release=release, versioning=versioning)
 
-    async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
-        return (await self._w(self._delete_many, bucket, [DeleteItem(key)], "off"))[0]
+    async def delete_object(self, bucket: str, key: str, *,
+                            if_version: str | None = None) -> ObjectRecord | None:
+        return (await self._w(self._delete_many, bucket,
+                              [DeleteItem(key, if_version=if_version)], "off"))[0]
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
         return await self._w(self._delete_many, bucket, [DeleteItem(k) for k in keys], "off")
@@ -268,10 +276,11 @@ class SqliteVersions:
         got = await self._w(self._delete_many, bucket, [DeleteItem(key, version_id)], "off")
         return got[0]  # type: ignore[return-value]
 
-    async def put_delete_marker(self, marker: VersionRecord,
-                                versioning: str) -> VersionRecord:
+    async def put_delete_marker(self, marker: VersionRecord, versioning: str, *,
+                                if_version: str | None = None) -> VersionRecord | None:
         got = await self._w(self._delete_many, marker.bucket,
-                            [DeleteItem(marker.key, marker=marker)], versioning)
+                            [DeleteItem(marker.key, marker=marker, if_version=if_version)],
+                            versioning)
         return got[0]  # type: ignore[return-value]
 
     async def delete_many(self, bucket: str, items: list[DeleteItem],

@@ -71,11 +71,15 @@ class VersionRecord(ObjectRecord):
 class DeleteItem:
     """One key of a batch delete (`delete_many`): with `version_id`, that version is removed
     (delete_version); else with `marker`, that delete marker is added (put_delete_marker, on
-    an enabled or suspended bucket); else the current object is removed (delete_object)."""
+    an enabled or suspended bucket); else the current object is removed (delete_object).
+    `if_version` (marker or current only): act only if the current object is that write
+    (`ObjectRecord.version`), else nothing changes and the answer is None (the lifecycle
+    worker's expiry of the version it judged, never of a PUT that landed meanwhile)."""
 
     key: str
     version_id: str | None = None
     marker: VersionRecord | None = None
+    if_version: str | None = None
 
 
 @dataclass
@@ -261,10 +265,12 @@ class MetadataStore(QueueStore, abc.ABC):
         committed data is never swept."""
 
     @abc.abstractmethod
-    async def delete_object(self, bucket: str, key: str) -> ObjectRecord | None:
+    async def delete_object(self, bucket: str, key: str, *,
+                            if_version: str | None = None) -> ObjectRecord | None:
         """Remove the current object (the version it is) and queue its layouts; the next newest
         version, if any and not a marker, becomes current. For unversioned buckets (and
-        existing callers); versioned deletes use put_delete_marker / delete_version."""
+        existing callers); versioned deletes use put_delete_marker / delete_version.
+        if_version: only if the current object's `version` is that (else None, no change)."""
 
     @abc.abstractmethod
     async def delete_version(self, bucket: str, key: str,
@@ -274,13 +280,14 @@ class MetadataStore(QueueStore, abc.ABC):
         removed version, None if there was none."""
 
     @abc.abstractmethod
-    async def put_delete_marker(self, marker: VersionRecord,
-                                versioning: str) -> VersionRecord:
+    async def put_delete_marker(self, marker: VersionRecord, versioning: str, *,
+                                if_version: str | None = None) -> VersionRecord | None:
         """DELETE without a version id on a versioned bucket. "enabled": marker (its
         version_id from new_version_id()) becomes the newest version and the current object
         is no longer current (kept as a noncurrent version); "suspended": the marker, stored
         with version id "null", replaces the key's null version (its layouts queued). The
-        marker as stored. NoSuchBucketError if the bucket is gone; ValueError for "off"."""
+        marker as stored. NoSuchBucketError if the bucket is gone; ValueError for "off".
+        if_version: only if the current object's `version` is that (else None, no change)."""
 
     @abc.abstractmethod
     async def delete_many(self, bucket: str, items: list[DeleteItem],

@@ -103,6 +103,8 @@ def _policy(text: str, bucket: str) -> Policy:
 async def bucket_access(req: S3Request, b: BucketRecord) -> BucketAccess:
     """The bucket's access documents, read in one store call."""
     configs = await req.gw.store.bucket_configs(b.name)
+    # kept for the handler (versioning state, lifecycle rules): no second read per request
+    req.extra.setdefault("configs", {})[b.name] = configs
     doc = configs.get("policy")
     policy = _policy(doc, b.name) if doc else None
     ownership, _ = ownership_from_doc(configs.get("ownership"))

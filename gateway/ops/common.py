@@ -70,6 +70,21 @@ class S3Request:
         return "/" + self.bucket + ("/" + self.key if self.key else "") if self.bucket else "/"
 
 
+def seen_configs(req: S3Request, bucket: str) -> dict[str, str] | None:
+    """The bucket's configuration documents as this request's access check read them (None
+    if it read none for that bucket): reused so that a GET does not read them again."""
+    return (req.extra.get("configs") or {}).get(bucket)
+
+
+async def bucket_config(req: S3Request, bucket: str, kind: str) -> str | None:
+    """One configuration document of the bucket: from the access check's read, else the
+    store."""
+    seen = seen_configs(req, bucket)
+    if seen is not None:
+        return seen.get(kind)
+    return await req.gw.store.get_bucket_config(bucket, kind)
+
+
 def new_request_id() -> str:
     return uuid.uuid4().hex[:16].upper()
 

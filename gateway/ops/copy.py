@@ -32,6 +32,7 @@ from gateway.ops.common import (
     user_metadata,
     xml_response,
 )
+from gateway.ops.lifecycle import expiration_headers
 from gateway.ops.objects import (
     check_conditions,
     checksum_headers,
@@ -139,7 +140,8 @@ async def copy_object(req: S3Request) -> Response:
                         f'{el("LastModified", iso8601(rec.last_modified))}{ck_xml}'
                         f'</CopyObjectResult>',
                         headers={**checksum_headers(ck), **copy_source_headers(req),
-                                 **versioning.written_headers(req, rec)})
+                                 **versioning.written_headers(req, rec),
+                                 **await expiration_headers(req, rec)})
 
 
 def copy_source_headers(req: S3Request) -> dict[str, str]:

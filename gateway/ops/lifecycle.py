@@ -1,5 +1,6 @@
 """Put/Get/DeleteBucketLifecycleConfiguration, and the `x-amz-expiration` header that GET,
-HEAD and PUT of an object the rules will expire carry.
+HEAD, PUT, CopyObject and CompleteMultipartUpload of an object the rules will expire carry
+(`x-amz-abort-date` / `x-amz-abort-rule-id` on CreateMultipartUpload and ListParts).
 
 The configuration is validated and normalised by gateway/lifecycle/config.py and kept as the
 bucket's `lifecycle` config document; the worker (gateway/lifecycle/worker.py) applies it.
@@ -7,6 +8,7 @@ bucket's `lifecycle` config document; the worker (gateway/lifecycle/worker.py) a
 
 from __future__ import annotations
 
+import email.utils
 from typing import Any
 
 from starlette.responses import Response
@@ -15,7 +17,7 @@ from gateway.errors import S3Error
 from gateway.lifecycle import config as lcconfig
 from gateway.lifecycle import rules
 from gateway.metadata import ObjectRecord
-from gateway.ops.common import S3Request, read_small_body, require_bucket
+from gateway.ops.common import S3Request, bucket_config, read_small_body, require_bucket
 from gateway.ops.tags import require_integrity_header, save_config
 
 MAX_LIFECYCLE_BODY = 4 * 1024 * 1024  # 1000 rules of several tags each fit
@@ -55,7 +57,7 @@ async def expiration_headers(req: S3Request, obj: ObjectRecord) -> dict[str, str
     none does, or when a specific version was asked for, as S3 answers)."""
     if req.query.get("versionId") is not None:
         return {}
-    doc = lcconfig.load(await req.gw.store.get_bucket_config(obj.bucket, "lifecycle"))
+    doc = lcconfig.load(await bucket_config(req, obj.bucket, "lifecycle"))
     if not doc:
         return {}
     hit = rules.current_expiry(doc, obj.key, obj.size, getattr(obj, "tags", None) or {},
@@ -69,3 +71,18 @@ async def tag_and_expiry_headers(req: S3Request, obj: ObjectRecord) -> dict[str,
     """The headers GET and HEAD add for tagging and lifecycle."""
     from gateway.ops.tags import tag_count_header
     return {**tag_count_header(obj), **await expiration_headers(req, obj)}
+
+
+async def abort_headers(req: S3Request, bucket: str, key: str,
+                        initiated: float) -> dict[str, str]:
+    """`x-amz-abort-date` and `x-amz-abort-rule-id` for an upload an
+    AbortIncompleteMultipartUpload rule will abort ({} when none does), as S3 answers
+    CreateMultipartUpload and ListParts."""
+    doc = lcconfig.load(await bucket_config(req, bucket, "lifecycle"))
+    if not doc:
+        return {}
+    hit = rules.upload_abort(doc, key, initiated, day_seconds(req.gw))
+    if hit is None:
+        return {}
+    return {"x-amz-abort-date": email.utils.formatdate(hit[0], usegmt=True),
+            "x-amz-abort-rule-id": hit[1]}

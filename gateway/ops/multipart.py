@@ -49,6 +49,7 @@ from gateway.ops.common import (
     user_metadata,
     xml_response,
 )
+from gateway.ops.lifecycle import abort_headers, expiration_headers
 from gateway.ops.objects import (
     body_result,
     checksum_headers,
@@ -113,9 +114,9 @@ async def create_upload(req: S3Request) -> Response:
         await req.gw.store.create_upload(up)
     except NoSuchBucketError:  # deleted since require_bucket, by this gateway or another
         raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket) from None
-    headers = {}
+    headers = await abort_headers(req, up.bucket, up.key, up.initiated)
     if algo:
-        headers = {"x-amz-checksum-algorithm": algo, "x-amz-checksum-type": ctype}
+        headers.update({"x-amz-checksum-algorithm": algo, "x-amz-checksum-type": ctype})
     return xml_response(
         f'<InitiateMultipartUploadResult xmlns="{S3_NS}">{el("Bucket", req.bucket)}'
         f'{el("Key", req.key)}{el("UploadId", up.upload_id)}</InitiateMultipartUploadResult>',
@@ -324,7 +325,8 @@ async def complete_upload(req: S3Request) -> Response:
         raise S3Error("NoSuchUpload", "The upload was aborted, or one of its parts replaced, "
                       "while it was being completed.", UploadId=up.upload_id) from None
     return _complete_result(up.bucket, up.key, etag, checksum,
-                            versioning.written_headers(req, rec))
+                            {**versioning.written_headers(req, rec),
+                             **await expiration_headers(req, rec)})
 
 
 async def abort_upload(req: S3Request) -> Response:
@@ -357,7 +359,8 @@ async def list_parts(req: S3Request) -> Response:
                     f"{el('ETag', quote_etag(p.etag))}{el('Size', p.size)}"
                     f"{_checksum_xml(p.checksum)}</Part>")
     body.append("</ListPartsResult>")
-    return xml_response("".join(body))
+    return xml_response("".join(body),
+                        headers=await abort_headers(req, up.bucket, up.key, up.initiated))
 
 
 async def list_uploads(req: S3Request) -> Response:

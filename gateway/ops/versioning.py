@@ -27,6 +27,7 @@ from gateway.ops.common import (
     MAX_DELETE_KEYS,
     S3_NS,
     S3Request,
+    bucket_config,
     check_key,
     el,
     http_date,
@@ -35,6 +36,7 @@ from gateway.ops.common import (
     parse_xml,
     read_small_body,
     require_bucket,
+    seen_configs,
     x,
     xml_response,
 )
@@ -88,7 +90,7 @@ async def get_versioning(req: S3Request) -> Response:
 async def prepare_write(req: S3Request, rec: ObjectRecord) -> str:
     """Give rec its version id by the bucket's state (remembered on the request for the
     commit, `store_state`, and the response, `written_headers`)."""
-    state = await bucket_state(req.gw.store, rec.bucket)
+    state = state_of(await bucket_config(req, rec.bucket, KIND))
     req.extra["versioning"] = state
     rec.version_id = new_version_id() if state == "enabled" else NULL
     return state
@@ -156,11 +158,15 @@ async def object_for_read(req: S3Request, bucket: str, key: str,
 
 
 def read_headers(req: S3Request, obj: ObjectRecord) -> dict[str, str]:
-    """x-amz-version-id on GET/HEAD: for versions that have an id, and whenever one was asked
-    for (a "null" version of a versioned bucket otherwise goes without: saving the
-    bucket-state read on every GET)."""
+    """x-amz-version-id on GET/HEAD: for versions that have an id, whenever one was asked for,
+    and for the "null" version of a versioning-enabled or suspended bucket, as S3 (its state
+    from the configs the access check read; without that read, the null version goes
+    without)."""
     if obj.version_id != NULL or "versionId" in req.query:
         return {"x-amz-version-id": obj.version_id}
+    seen = seen_configs(req, obj.bucket)
+    if seen is not None and state_of(seen.get(KIND)) != "off":
+        return {"x-amz-version-id": NULL}
     return {}
 
 
@@ -186,17 +192,19 @@ async def release(gw: Any, marks: list[int | None]) -> None:
 
 
 async def delete_current(gw: Any, bucket: str, key: str, owner: str,
-                         state: str | None = None) -> Any:
+                         state: str | None = None, if_version: str | None = None) -> Any:
     """DELETE without a version id, as S3 does it for the bucket's versioning state: "off"
     removes the object (returns its record, None if absent); enabled or suspended adds a
     delete marker, written to the nodes first (returns the marker as stored).
     NoSuchBucket when the bucket went meanwhile; ServiceUnavailable when too few nodes
-    answered the marker write. For DeleteObject and the lifecycle worker alike."""
+    answered the marker write. For DeleteObject and the lifecycle worker alike.
+    if_version: only if the current object is still that write (`ObjectRecord.version`), else
+    nothing changes and the answer is None (the lifecycle worker's expiry)."""
     store = gw.store
     if state is None:
         state = await bucket_state(store, bucket)
     if state == "off":
-        gone = await store.delete_object(bucket, key)
+        gone = await store.delete_object(bucket, key, if_version=if_version)
         if gone is not None:
             gw.kick_sweeper()
         return gone
@@ -206,12 +214,14 @@ async def delete_current(gw: Any, bucket: str, key: str, owner: str,
     # The pending mark goes once the commit is known to have happened (or is known not to):
     # after any other failure it stays, and the sweeper deletes the marker's archives.
     try:
-        stored = await store.put_delete_marker(markers[0], state)
+        stored = await store.put_delete_marker(markers[0], state, if_version=if_version)
     except NoSuchBucketError:
         await store.queue_orphans([markers[0].manifest])
         await release(gw, marks)
         gw.kick_sweeper()
         raise S3Error("NoSuchBucket", resource="/" + bucket, BucketName=bucket) from None
+    if stored is None:  # the object changed meanwhile: the marker written is not needed
+        await store.queue_orphans([markers[0].manifest])
     await release(gw, marks)
     gw.kick_sweeper()
     return stored

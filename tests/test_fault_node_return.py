@@ -23,6 +23,7 @@ from erasure.config import ClusterConfig
 from erasure.repair import repair
 from gateway.metadata import SqliteStore
 from gateway.storage import Storage
+from tests.erasurekit import cluster_config, put, read, where
 from tests.nodeproc import NodeCluster
 
 pytestmark = [pytest.mark.timeout(300)]
@@ -38,32 +39,7 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
 
 @pytest.fixture
 def config(nodes: NodeCluster, tmp_path: Path) -> ClusterConfig:
-    for i, node in enumerate(nodes.nodes):
-        if not node.running:
-            nodes.restart(i)
-    return ClusterConfig.from_dict({
-        "secret": SECRET,
-        "erasure": {"k": 4, "m": 2, "state_dir": str(tmp_path / "state"), "node_timeout": 20},
-        "nodes": [{"id": nid, "url": url} for nid, url in zip(nodes.ids, nodes.urls, strict=True)],
-    }, source="test")
-
-
-async def one(data: bytes):
-    yield data
-
-
-async def put(c: ErasureCluster, uid: str, data: bytes):
-    return await c.write_part(uid, one(data), length=len(data), stream="t",
-                              meta=lambda r: {"k": uid})
-
-
-async def read(c: ErasureCluster, layout) -> bytes:
-    return b"".join([b async for b in c.read_part(layout)])
-
-
-async def where(c: ErasureCluster, uid: str) -> dict[int, list[str]]:
-    found = [p for p in await c.scan(uid + ".") if p.part_uid == uid]
-    return found[0].fragments if found else {}
+    return cluster_config(nodes, tmp_path, SECRET)
 
 
 async def until(cond, what: str, tries: int = 400) -> None:

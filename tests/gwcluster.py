@@ -6,6 +6,7 @@ k=4, m=2 over 6 nodes keeps start-up and memory small; the code paths are those 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -15,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +189,15 @@ def signed_request(g: Gateway, method: str, path: str, *, host: str | None = Non
             return resp.status, dict(resp.headers.items()), resp.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers.items()), e.read()
+
+
+@contextlib.contextmanager
+def serving(g: Gateway) -> Iterator[Gateway]:
+    """Start the gateway, hand it to the test, stop it; then check that no request turned into
+    an internal error (a 500) in its log."""
+    try:
+        g.start()
+        yield g
+    finally:
+        g.stop()
+    assert "internal error" not in g.log_path.read_text(errors="replace"), g.log_tail()

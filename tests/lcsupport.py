@@ -12,19 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway
+from tests.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, serving
 
 AWS = str(Path(sys.executable).with_name("aws"))
 
 
 def start(tmp_path_factory: Any, name: str, **gateway_options: Any) -> Any:
-    g = Gateway(tmp_path_factory.mktemp(name), gateway_options=gateway_options)
-    try:
-        g.start()
+    with serving(Gateway(tmp_path_factory.mktemp(name), gateway_options=gateway_options)) as g:
         yield g
-    finally:
-        g.stop()
-    assert "internal error" not in g.log_path.read_text(errors="replace"), g.log_tail()
 
 
 def aws_runner(g: Gateway, home: Path) -> Any:

@@ -18,7 +18,7 @@ import pytest
 
 from erasure.config import NodeSpec
 from erasure.nodeclient import NodeClient, NodeError, make_session
-from tests.gwcluster import Gateway
+from tests.gwcluster import Gateway, serving
 from zonestore.emulated import Geometry
 
 pytestmark = pytest.mark.timeout(300)
@@ -31,14 +31,9 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory):
-    g = Gateway(tmp_path_factory.mktemp("gwfull"), nodes=7, k=4, m=2, geometry=SMALL,
-                node_args=["--reclaim-interval", "0.2"])
-    try:
-        g.start()
+    with serving(Gateway(tmp_path_factory.mktemp("gwfull"), nodes=7, k=4, m=2, geometry=SMALL,
+                node_args=["--reclaim-interval", "0.2"])) as g:
         yield g
-    finally:
-        g.stop()
-    assert "internal error" not in g.log_path.read_text(errors="replace"), g.log_tail()
 
 
 def get_json(g: Gateway, path: str) -> tuple[int, dict]:

@@ -36,6 +36,7 @@ from tests.gwcluster import (
     SECRET_KEY,
     Gateway,
     archive_ids,
+    serving,
     wait_for,
 )
 
@@ -47,13 +48,8 @@ UNSIGNED = {"x-amz-content-sha256": "UNSIGNED-PAYLOAD"}
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory):
-    g = Gateway(tmp_path_factory.mktemp("gwcore"), workers=1)
-    try:
-        g.start()
+    with serving(Gateway(tmp_path_factory.mktemp("gwcore"), workers=1)) as g:
         yield g
-    finally:
-        g.stop()
-    assert "internal error" not in g.log_path.read_text(errors="replace"), g.log_tail()
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
-from tests.gwcluster import Gateway, archive_ids, wait_for
+from tests.gwcluster import Gateway, archive_ids, serving, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 MiB = 1024 * 1024
@@ -21,13 +21,8 @@ MiB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory):
-    g = Gateway(tmp_path_factory.mktemp("gwmp"), workers=1)
-    try:
-        g.start()
+    with serving(Gateway(tmp_path_factory.mktemp("gwmp"), workers=1)) as g:
         yield g
-    finally:
-        g.stop()
-    assert "internal error" not in g.log_path.read_text(errors="replace"), g.log_tail()
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,8 @@ Every fragment archive carries the caller's meta dict (gateway/storage.py):
 - kind "bucket": a bucket marker (gateway/bucketmarkers.py), written at CreateBucket and
   removed at DeleteBucket; it carries the bucket's ACL and configuration documents.
 - kind "delete-marker": a delete marker of a versioned bucket (gateway/deletemarkers.py).
+- kind "object-tags": tags / ACL set on a version after its write (gateway/tagarchives.py);
+  the newest one of each version's write wins over its write-time tags and ACL.
 Every version of a key comes back, delete markers included, in their order, with tags
 (gateway/recoverversions.py); of several copies of one version id (a "null" version replaced
 before the sweeper freed it) the newest wins, and the others are queued for deletion after a
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway import bucketmarkers, deletemarkers
+from gateway import bucketmarkers, deletemarkers, tagarchives
 from gateway.metadata import (
     BucketRecord,
     ObjectRecord,
@@ -104,7 +106,19 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
         manifests = [p for p in scanned if p.meta.get("kind") == "manifest"]
         task = progress.add_task("reading manifests", total=len(manifests)) if progress else None
         marker_leftovers: list[dict[str, Any]] = []
+        changes: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for p in scanned:
+            if p.meta.get("kind") == tagarchives.KIND:
+                used.add(p.part_uid)
+                if len(p.fragments) < p.scheme.k:
+                    # What a deletion left on a node that was down.
+                    marker_leftovers.append(p.layout().to_dict())
+                    continue
+                try:
+                    changes.append((tagarchives.change_from_meta(p.meta), p.layout().to_dict()))
+                except ValueError as e:
+                    report.unreadable.append(f"{p.part_uid}: {e}")
+                continue
             if p.meta.get("kind") == deletemarkers.KIND:
                 if len(p.fragments) < p.scheme.k:
                     # What a deletion left on a node that was down: not a marker any more.
@@ -146,6 +160,7 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
                 report.unreadable.append(f"{p.part_uid}: {e}")
             if progress:
                 progress.advance(task)
+        tag_leftovers = tagarchives.apply_changes(candidates, changes)
         chains = build_chains(candidates)
         older = chains.superseded
         task = progress.add_task("writing metadata", total=len(chains.keys)) if progress else None
@@ -180,7 +195,7 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
                 report.multipart += chain[-1].manifest is not None
             if progress:
                 progress.advance(task)
-        leftovers = [lay for rec in older for lay in rec.layouts()]
+        leftovers = [lay for rec in older for lay in rec.layouts()] + tag_leftovers
         report.superseded = len(older)
         stray = [p.layout().to_dict() for p in scanned
                  if p.part_uid not in used and p.meta.get("kind") in ("part", "manifest")]

@@ -270,6 +270,27 @@ class VersionRules(Base):
         vid = data.draw(st.none() | st.sampled_from(self.version_ids))
         self.same(lambda s: s.put_object_acl(bucket, key, vid, acl))
 
+    @rule(tags=tag_sets, acl=acls, data=st.data(), field=st.sampled_from(["tags", "acl"]))
+    def record_change(self, tags: dict[str, str], acl: Any, data: st.DataObject,
+                      field: str) -> None:
+        """A tag/ACL change with its archive: the version owns the new one, the one it had
+        is queued, the pending mark released only when the change is made."""
+        bucket, key, vid = self.some_version(data)
+        cond = self.maybe_write(data)
+        uid = f"tg:{next(self.counter)}"
+        lay = {"part_uid": uid}
+        marks = self.both(lambda s: s.queue_orphans([{"part_uid": uid, "pending": True}],
+                                                    delay=10_000.0))
+        rel = {id(self.sqlite): marks[0][1], id(self.env.pg): marks[1][1]}
+        if field == "tags":
+            self.same(lambda s: s.put_object_tags(bucket, key, vid, tags, meta_part=lay,
+                                                  if_version=cond, release=rel[id(s)]))
+        else:
+            self.same(lambda s: s.put_object_acl(bucket, key, vid, acl, meta_part=lay,
+                                                 if_version=cond, release=rel[id(s)]))
+        self.same(lambda s: s.get_object(bucket, key, vid))
+        self.same(lambda s: s.part_owners())
+
 
 class SameAnswers(VersionRules):
     """Every method."""

@@ -173,3 +173,74 @@ def test_recover_metadata_brings_back_every_version_and_delete_marker(tmp_path, 
         assert wait_for(lambda: not any(a.startswith(f"dm:{marker}.") for a in archive_ids(g)))
     finally:
         g.stop()
+
+
+def tag_archives(g: Gateway) -> set[str]:
+    """The part uids of the tag/ACL-change archives on the nodes."""
+    return {a.rsplit(".", 1)[0] for a in archive_ids(g) if a.startswith("tg:")}
+
+
+def tags_and_acls(g: Gateway, s3, bucket: str) -> dict:
+    out = {}
+    for key, vid, _, marker in versions_of(g, bucket):
+        if not marker:
+            tags = s3.get_object_tagging(Bucket=bucket, Key=key, VersionId=vid)["TagSet"]
+            grants = s3.get_object_acl(Bucket=bucket, Key=key, VersionId=vid)["Grants"]
+            out[(key, vid)] = (sorted((t["Key"], t["Value"]) for t in tags),
+                               sorted(repr(sorted(gr.items())) for gr in grants))
+    return out
+
+
+def test_recover_metadata_brings_back_tags_and_acls_changed_after_the_write(tmp_path, backend):
+    opts = {} if backend is None else {"metadata": backend.new_database("lost"),
+                                       "metadata_password_file": str(backend.password_file)}
+    g = Gateway(tmp_path, gateway_options=opts)
+    g.start()
+    try:
+        s3 = g.client()
+        s3.create_bucket(Bucket="later", ObjectOwnership="ObjectWriter")
+        s3.put_bucket_versioning(Bucket="later", VersioningConfiguration={"Status": "Enabled"})
+        s3.create_bucket(Bucket="flat", ObjectOwnership="ObjectWriter")
+        for b in ("later", "flat"):
+            s3.delete_public_access_block(Bucket=b)   # public ACLs allowed
+        v1 = s3.put_object(Bucket="later", Key="k", Body=b"one", Tagging="a=1")["VersionId"]
+        s3.put_object(Bucket="later", Key="k", Body=b"two", Tagging="w=2")
+        s3.put_object(Bucket="later", Key="untouched", Body=b"u", Tagging="keep=me")
+        s3.put_object(Bucket="flat", Key="f", Body=b"f", Tagging="x=1")
+        # Tags replaced twice on an older version (the first change's archive is freed),
+        # set on the current one, removed from an unversioned object; ACLs changed after.
+        for tags in ({"b": "2"}, {"c": "3", "d": "4"}):
+            s3.put_object_tagging(Bucket="later", Key="k", VersionId=v1, Tagging={
+                "TagSet": [{"Key": k, "Value": v} for k, v in tags.items()]})
+        s3.put_object_tagging(Bucket="later", Key="k",
+                              Tagging={"TagSet": [{"Key": "cur", "Value": "1"}]})
+        s3.delete_object_tagging(Bucket="flat", Key="f")
+        s3.put_object_acl(Bucket="later", Key="k", VersionId=v1, ACL="public-read")
+        s3.put_object_acl(Bucket="flat", Key="f", ACL="authenticated-read")
+        before = {b: tags_and_acls(g, s3, b) for b in ("later", "flat")}
+        assert before["later"][("k", v1)][0] == [("c", "3"), ("d", "4")]
+        assert before["flat"][("f", "null")][0] == []
+        assert len(before["later"][("k", v1)][1]) == 2   # the owner's and AllUsers' READ
+        # One archive per changed version once the replaced ones are freed; all owned.
+        assert wait_for(lambda: len(tag_archives(g)) == 3), (tag_archives(g), archive_ids(g))
+        r = zonegate(g, "repair", "--audit")
+        assert r.returncode == 0, r.stdout + r.stderr
+
+        g.stop_gateway()
+        lose_the_store(g, backend)
+        r = zonegate(g, "recover-metadata")
+        assert r.returncode == 0, r.stdout + r.stderr
+        g.start_gateway()
+        s3 = g.client()
+        assert {b: tags_and_acls(g, s3, b) for b in ("later", "flat")} == before
+        r = zonegate(g, "repair", "--audit")
+        assert r.returncode == 0, r.stdout + r.stderr
+        # Deleting a version frees its change archive with its data; nothing left unowned.
+        held = tag_archives(g)
+        s3.delete_object(Bucket="later", Key="k", VersionId=v1)
+        s3.delete_object(Bucket="flat", Key="f")
+        assert wait_for(lambda: len(tag_archives(g)) == 1 and tag_archives(g) < held)
+        r = zonegate(g, "repair", "--audit")
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        g.stop()

@@ -28,9 +28,9 @@ from gateway.metadata.store import (
 )
 from gateway.metadata.versionwalk import VersionWalk, as_version, check_versioning, marker_record
 
-VER_COLS = OBJ_COLS + ", seq, delete_marker"
+VER_COLS = OBJ_COLS + ", seq, delete_marker, meta_part"
 _LIST_VER = ("bucket, key, size, etag, last_modified, owner, version, '{}', '{}', checksum, "
-             "'[]', manifest, '{}', NULL, version_id, seq, delete_marker")
+             "'[]', manifest, '{}', NULL, version_id, seq, delete_marker, meta_part")
 _SET = ", ".join(f"{c}=EXCLUDED.{c}" for c in
                  ("size", "etag", "last_modified", "owner", "version", "headers", "user_meta",
                   "checksum", "parts", "manifest", "tags", "acl", "version_id"))
@@ -79,8 +79,8 @@ class PgVersions:
         seq = (latest or 0) + 1
         got = await c.execute(
             f"INSERT INTO versions ({VER_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,"
-            "$12,$13,$14,$15,$16,$17) ON CONFLICT DO NOTHING",
-            *_values(rec, version_id), seq, marker)
+            "$12,$13,$14,$15,$16,$17,$18) ON CONFLICT DO NOTHING",
+            *_values(rec, version_id), seq, marker, js(rec.meta_part))
         if not got.endswith(" 1"):
             raise Again  # another first write of this key won
         if latest is None and seq != await c.fetchval(
@@ -114,8 +114,9 @@ class PgVersions:
         old = obj_row(row)
         if if_version is not None and old.version != if_version:
             return None
-        await c.execute("DELETE FROM versions WHERE bucket=$1 AND key=$2 AND version_id=$3",
-                        bucket, kb, old.version_id)
+        mp = await c.fetchval("DELETE FROM versions WHERE bucket=$1 AND key=$2 AND "
+                              "version_id=$3 RETURNING meta_part", bucket, kb, old.version_id)
+        old.meta_part = json.loads(mp) if mp else None
         await self._sync_current(c, bucket, kb)
         freed += old.layouts()
         return old
@@ -255,7 +256,9 @@ class PgVersions:
         return got[0]  # type: ignore[return-value]
 
     async def _set_field(self, bucket: str, key: str, version_id: str | None, col: str,
-                         value: str | None) -> bool:
+                         value: str | None, meta_part: dict | None = None,
+                         if_version: str | None = None,
+                         release: list[int] | None = None) -> bool:
         kb = key_bytes(key)
 
         async def tx(c: asyncpg.Connection) -> bool:
@@ -265,23 +268,38 @@ class PgVersions:
                                        "key=$2 FOR UPDATE", bucket, kb)
                 if vid is None:
                     return False
-            got = await c.execute(f"UPDATE versions SET {col}=$1 WHERE bucket=$2 AND key=$3 "
-                                  "AND version_id=$4 AND NOT delete_marker", value, bucket, kb,
-                                  vid)
-            if not got.endswith(" 1"):
+            row = await c.fetchrow("SELECT version, meta_part FROM versions WHERE bucket=$1 "
+                                   "AND key=$2 AND version_id=$3 AND NOT delete_marker "
+                                   "FOR UPDATE", bucket, kb, vid)
+            if row is None or (if_version is not None and row[0] != if_version):
                 return False
+            await c.execute(f"UPDATE versions SET {col}=$1 WHERE bucket=$2 AND key=$3 "
+                            "AND version_id=$4", value, bucket, kb, vid)
             await c.execute(f"UPDATE objects SET {col}=$1 WHERE bucket=$2 AND key=$3 AND "
                             "version_id=$4", value, bucket, kb, vid)
+            if meta_part is not None:
+                await c.execute("UPDATE versions SET meta_part=$1 WHERE bucket=$2 AND key=$3 "
+                                "AND version_id=$4", js(meta_part), bucket, kb, vid)
+                if row[1]:
+                    await self._queue(c, [json.loads(row[1])], time.time() + self.free_delay)
+            await self._release(c, release)
             return True
         return await self._tx(tx)
 
     async def put_object_tags(self, bucket: str, key: str, version_id: str | None,
-                              tags: dict[str, str]) -> bool:
-        return await self._set_field(bucket, key, version_id, "tags", json.dumps(tags))
+                              tags: dict[str, str], *, meta_part: dict[str, Any] | None = None,
+                              if_version: str | None = None,
+                              release: list[int] | None = None) -> bool:
+        return await self._set_field(bucket, key, version_id, "tags", json.dumps(tags),
+                                     meta_part, if_version, release)
 
     async def put_object_acl(self, bucket: str, key: str, version_id: str | None,
-                             acl: list[dict[str, Any]] | None) -> bool:
-        return await self._set_field(bucket, key, version_id, "acl", js(acl))
+                             acl: list[dict[str, Any]] | None, *,
+                             meta_part: dict[str, Any] | None = None,
+                             if_version: str | None = None,
+                             release: list[int] | None = None) -> bool:
+        return await self._set_field(bucket, key, version_id, "acl", js(acl), meta_part,
+                                     if_version, release)
 
     # -- reads --------------------------------------------------------------------------
     async def get_object(self, bucket: str, key: str,
@@ -299,7 +317,7 @@ class PgVersions:
             f"SELECT {VER_COLS}, (SELECT MAX(seq) FROM versions v2 WHERE v2.bucket=$1 AND "
             "v2.key=$2) FROM versions WHERE bucket=$1 AND key=$2 AND version_id=$3",
             bucket, kb, version_id))
-        return _ver(row, row[15] == row[17]) if row else None
+        return _ver(row, row[15] == row[18]) if row else None
 
     async def head_version(self, bucket: str, key: str) -> VersionRecord | None:
         row = await self._read(lambda c: c.fetchrow(

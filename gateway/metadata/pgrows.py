@@ -22,7 +22,8 @@ def obj_row(r: Any, parts: list[dict[str, Any]] | None = None) -> ObjectRecord:
         version=r[6], headers=json.loads(r[7]), user_meta=json.loads(r[8]),
         checksum=json.loads(r[9]), parts=json.loads(r[10]) if parts is None else parts,
         manifest=json.loads(r[11]) if r[11] else None, tags=json.loads(r[12]),
-        acl=json.loads(r[13]) if r[13] else None, version_id=r[14])
+        acl=json.loads(r[13]) if r[13] else None, version_id=r[14],
+        meta_part=json.loads(r[17]) if len(r) > 17 and r[17] else None)
 
 
 def js(v: Any) -> str | None:

@@ -119,6 +119,8 @@ MIGRATIONS: list[str] = [
     """,
     # the repair queue and deletion records, shared by every gateway (issue 13)
     QUEUES_MIGRATION,
+    # the archive recording tags/ACL set after a version's write (gateway/tagarchives.py)
+    "ALTER TABLE versions ADD COLUMN meta_part TEXT",
 ]
 
 # What a lost, restarting or overloaded database raises: the request gets 503 SlowDown.
@@ -500,11 +502,13 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
                     out[d.get("part_uid", "")] = ("pending write" if d.get("pending")
                                                   else "queued for deletion")
                 # every version (objects holds copies of the current ones); markers too
-                for parts, manifest in await c.fetch("SELECT parts, manifest FROM versions"):
+                for parts, manifest, meta_part in await c.fetch(
+                        "SELECT parts, manifest, meta_part FROM versions"):
                     for p in json.loads(parts):
                         out[p["layout"]["part_uid"]] = "live"
-                    if manifest:
-                        out[json.loads(manifest)["part_uid"]] = "live"
+                    for lay in (manifest, meta_part):
+                        if lay:
+                            out[json.loads(lay)["part_uid"]] = "live"
                 for r in await c.fetch("SELECT layout FROM parts"):
                     out[json.loads(r[0])["part_uid"]] = "live"
                 for name, created in await c.fetch("SELECT name, created FROM buckets"):

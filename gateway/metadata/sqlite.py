@@ -104,6 +104,8 @@ MIGRATIONS: list[str] = [
     """,
     # the repair queue and deletion records, shared by every gateway (issue 13)
     QUEUES_MIGRATION,
+    # the archive recording tags/ACL set after a version's write (gateway/tagarchives.py)
+    "ALTER TABLE versions ADD COLUMN meta_part TEXT",
 ]
 
 
@@ -271,7 +273,8 @@ class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, MetadataStore):
             user_meta=json.loads(row[8]), checksum=json.loads(row[9]),
             parts=json.loads(row[10]) if parts is None else parts,
             manifest=json.loads(row[11]) if row[11] else None, tags=json.loads(row[12]),
-            acl=json.loads(row[13]) if row[13] else None, version_id=row[14])
+            acl=json.loads(row[13]) if row[13] else None, version_id=row[14],
+            meta_part=json.loads(row[17]) if len(row) > 17 and row[17] else None)
 
     def _get_obj(self, c: sqlite3.Connection, bucket: str, key: str) -> ObjectRecord | None:
         row = c.execute(f"SELECT {self._OBJ_COLS} FROM objects WHERE bucket=? AND key=?",
@@ -540,11 +543,13 @@ class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, MetadataStore):
                 out[d.get("part_uid", "")] = ("pending write" if d.get("pending")
                                               else "queued for deletion")
             # every version (objects holds copies of the current ones); markers' manifests too
-            for parts, manifest in c.execute("SELECT parts, manifest FROM versions"):
+            for parts, manifest, meta_part in c.execute(
+                    "SELECT parts, manifest, meta_part FROM versions"):
                 for p in json.loads(parts):
                     out[p["layout"]["part_uid"]] = "live"
-                if manifest:
-                    out[json.loads(manifest)["part_uid"]] = "live"
+                for lay in (manifest, meta_part):
+                    if lay:
+                        out[json.loads(lay)["part_uid"]] = "live"
             for (layout,) in c.execute("SELECT layout FROM parts"):
                 out[json.loads(layout)["part_uid"]] = "live"
             for name, created in c.execute("SELECT name, created FROM buckets"):

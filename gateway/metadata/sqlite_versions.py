@@ -28,9 +28,9 @@ _k = key_bytes
 
 OBJ_COLS = ("bucket, key, size, etag, last_modified, owner, version, headers, user_meta, "
             "checksum, parts, manifest, tags, acl, version_id")
-VER_COLS = OBJ_COLS + ", seq, delete_marker"
+VER_COLS = OBJ_COLS + ", seq, delete_marker, meta_part"
 _LIST_VER = ("bucket, key, size, etag, last_modified, owner, version, '{}', '{}', checksum, "
-             "'[]', manifest, '{}', NULL, version_id, seq, delete_marker")
+             "'[]', manifest, '{}', NULL, version_id, seq, delete_marker, meta_part")
 _NEXT_SEQ = "(SELECT COALESCE(MAX(seq), 0) + 1 FROM versions WHERE bucket=? AND key=?)"
 
 
@@ -52,8 +52,9 @@ class SqliteVersions:
                         marker: bool) -> None:
         kb = _k(rec.key)
         c.execute(f"INSERT INTO versions ({VER_COLS}) VALUES "
-                  f"(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,{_NEXT_SEQ},?)",
-                  (*_values(rec, version_id), rec.bucket, kb, int(marker)))
+                  f"(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,{_NEXT_SEQ},?,?)",
+                  (*_values(rec, version_id), rec.bucket, kb, int(marker),
+                   json.dumps(rec.meta_part) if rec.meta_part else None))
 
     @staticmethod
     def _latest_seq(c: sqlite3.Connection, bucket: str, kb: bytes) -> int | None:
@@ -82,8 +83,10 @@ class SqliteVersions:
             return None
         if old is not None:
             kb = _k(key)
-            c.execute("DELETE FROM versions WHERE bucket=? AND key=? AND version_id=?",
-                      (bucket, kb, old.version_id))
+            for (mp,) in c.execute("DELETE FROM versions WHERE bucket=? AND key=? AND "
+                                   "version_id=? RETURNING meta_part",
+                                   (bucket, kb, old.version_id)).fetchall():
+                old.meta_part = json.loads(mp) if mp else None
             self._sync_current(c, bucket, kb)
             freed += old.layouts()
         return old
@@ -181,7 +184,8 @@ class SqliteVersions:
         return out
 
     def _set_field(self, bucket: str, key: str, version_id: str | None, col: str,
-                   value: str | None) -> bool:
+                   value: str | None, meta_part: dict | None = None,
+                   if_version: str | None = None, release: list[int] | None = None) -> bool:
         kb = _k(key)
         with self._tx() as c:
             if version_id is None:
@@ -190,12 +194,21 @@ class SqliteVersions:
                 if row is None:
                     return False
                 version_id = row[0]
-            if c.execute(f"UPDATE versions SET {col}=? WHERE bucket=? AND key=? AND "
-                         "version_id=? AND delete_marker=0",
-                         (value, bucket, kb, version_id)).rowcount == 0:
+            row = c.execute("SELECT version, meta_part FROM versions WHERE bucket=? AND key=? "
+                            "AND version_id=? AND delete_marker=0",
+                            (bucket, kb, version_id)).fetchone()
+            if row is None or (if_version is not None and row[0] != if_version):
                 return False
+            c.execute(f"UPDATE versions SET {col}=? WHERE bucket=? AND key=? AND version_id=?",
+                      (value, bucket, kb, version_id))
             c.execute(f"UPDATE objects SET {col}=? WHERE bucket=? AND key=? AND version_id=?",
                       (value, bucket, kb, version_id))
+            if meta_part is not None:
+                c.execute("UPDATE versions SET meta_part=? WHERE bucket=? AND key=? AND "
+                          "version_id=?", (json.dumps(meta_part), bucket, kb, version_id))
+                if row[1]:
+                    self._queue(c, [json.loads(row[1])], time.time() + self.free_delay)
+            self._release(c, release)
             return True
 
     # -- reads --------------------------------------------------------------------------
@@ -293,10 +306,17 @@ class SqliteVersions:
                              version_id_marker, limit)
 
     async def put_object_tags(self, bucket: str, key: str, version_id: str | None,
-                              tags: dict[str, str]) -> bool:
-        return await self._w(self._set_field, bucket, key, version_id, "tags", json.dumps(tags))
+                              tags: dict[str, str], *, meta_part: dict[str, Any] | None = None,
+                              if_version: str | None = None,
+                              release: list[int] | None = None) -> bool:
+        return await self._w(self._set_field, bucket, key, version_id, "tags", json.dumps(tags),
+                             meta_part, if_version, release)
 
     async def put_object_acl(self, bucket: str, key: str, version_id: str | None,
-                             acl: list[dict[str, Any]] | None) -> bool:
+                             acl: list[dict[str, Any]] | None, *,
+                             meta_part: dict[str, Any] | None = None,
+                             if_version: str | None = None,
+                             release: list[int] | None = None) -> bool:
         return await self._w(self._set_field, bucket, key, version_id, "acl",
-                             None if acl is None else json.dumps(acl))
+                             None if acl is None else json.dumps(acl), meta_part, if_version,
+                             release)

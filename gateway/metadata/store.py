@@ -49,11 +49,16 @@ class ObjectRecord:
     # S3 version id: "null" while the bucket's versioning is off or suspended, else chosen by
     # the caller with gateway.metadata.versionids.new_version_id().
     version_id: str = "null"
+    # Layout of the 0-byte archive recording tags/ACL set after the write
+    # (gateway/tagarchives.py); kept on the version only (None in `objects` rows).
+    meta_part: dict[str, Any] | None = None
 
     def layouts(self) -> list[dict[str, Any]]:
         out = [p["layout"] for p in self.parts if p.get("layout")]
         if self.manifest:
             out.append(self.manifest)
+        if self.meta_part:
+            out.append(self.meta_part)
         return out
 
 
@@ -307,15 +312,23 @@ class MetadataStore(QueueStore, abc.ABC):
 
     @abc.abstractmethod
     async def put_object_tags(self, bucket: str, key: str, version_id: str | None,
-                              tags: dict[str, str]) -> bool:
+                              tags: dict[str, str], *, meta_part: dict[str, Any] | None = None,
+                              if_version: str | None = None,
+                              release: list[int] | None = None) -> bool:
         """Replace the tags of that version (None: the current object). False if there is no
-        such version, or it is a delete marker."""
+        such version, it is a delete marker, or `if_version` is given and is not its write
+        (`ObjectRecord.version`): then nothing changes. With `meta_part`, that layout becomes
+        the version's `meta_part` and the one it had is queued for deletion; the pending
+        marks in `release` are dropped in the same transaction (only when it changes)."""
 
     @abc.abstractmethod
     async def put_object_acl(self, bucket: str, key: str, version_id: str | None,
-                             acl: list[dict[str, Any]] | None) -> bool:
-        """Replace the grant list of that version (None: the current object). False if there
-        is no such version, or it is a delete marker."""
+                             acl: list[dict[str, Any]] | None, *,
+                             meta_part: dict[str, Any] | None = None,
+                             if_version: str | None = None,
+                             release: list[int] | None = None) -> bool:
+        """Replace the grant list of that version (None: the current object); False, and
+        `meta_part` / `release`, as put_object_tags."""
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
         """Delete many keys of one bucket (DeleteObjects), their layouts queued for the

@@ -19,6 +19,7 @@ from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord, UploadRecord
 from gateway.ops.bucketconfig import save_bucket_acl
 from gateway.ops.common import S3Request, read_small_body, require_bucket, xml_response
+from gateway.tagarchives import save_change
 
 UPLOAD_ACL_HEADER = "x-zg-acl"  # kept in an upload's stored headers until it completes
 
@@ -116,7 +117,7 @@ async def put_object_acl(req: S3Request) -> Response:
         return Response(b"")
     if access.pab.block_public_acls and acl.is_public(grants):
         raise S3Error("AccessDenied")
-    if not await req.gw.store.put_object_acl(req.bucket, req.key, vid, acl.to_list(grants)):
+    if not await save_change(req, obj, obj.tags, acl.to_list(grants), "acl"):
         raise S3Error("NoSuchKey", resource=req.resource, Key=req.key)
     return Response(b"")
 

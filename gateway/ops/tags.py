@@ -20,6 +20,7 @@ from gateway.metadata import ObjectRecord
 from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import S3Request, read_small_body, require_bucket
 from gateway.ops.versioning import checked_version_id, object_for_read
+from gateway.tagarchives import save_change
 from gateway.tagging import parse_tagging, parse_tagging_header, render_tagging
 
 MAX_TAGGING_BODY = 256 * 1024
@@ -110,14 +111,17 @@ def _version_header(obj: ObjectRecord, vid: str | None) -> dict[str, str]:
 
 
 async def _set_object_tags(req: S3Request, tags: dict[str, str]) -> ObjectRecord:
-    obj = await tagged_version(req)
     vid = _version_query(req)
-    if not await req.gw.store.put_object_tags(req.bucket, req.key, vid, tags):
-        # removed (or overwritten by a marker) since it was read
-        if vid is None:
-            raise S3Error("NoSuchKey", resource=req.resource, Key=req.key)
-        raise S3Error("NoSuchVersion", Key=req.key, VersionId=vid)
-    return obj
+    for _ in range(3):  # the current object may be replaced while its archive is written
+        obj = await tagged_version(req)
+        if await save_change(req, obj, tags, obj.acl, "tags"):
+            return obj
+        if vid is not None:
+            break
+    # removed (or overwritten by a marker) since it was read
+    if vid is None:
+        raise S3Error("NoSuchKey", resource=req.resource, Key=req.key)
+    raise S3Error("NoSuchVersion", Key=req.key, VersionId=vid)
 
 
 async def put_object_tagging(req: S3Request) -> Response:

@@ -1,0 +1,132 @@
+"""Tags and ACLs set after a write, on the nodes: what `recover-metadata` needs to bring back
+the tags of PutObjectTagging / DeleteObjectTagging and the ACL of PutObjectAcl.
+
+An object's archives are immutable and carry its write-time tags and ACL. Each later change
+writes a 0-byte erasure part (as delete markers do, gateway/deletemarkers.py) whose archives'
+meta dict is `{"kind": "object-tags", "tags": {bucket, key, version_id, version, tags, acl,
+time}}`, part uid `tg:{uuid4 hex}`. The version owns it (`ObjectRecord.meta_part`, freed with
+the version; the one it replaces is queued for deletion in the same commit). Order: the
+archive is written under a pending mark, then the store change and the mark's release commit
+in one transaction; a crash in between leaves a mark the sweeper resolves after the grace.
+Recovery applies the newest archive (by `time`) whose `version` is the version's write.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gateway.errors import S3Error
+from gateway.metadata.store import ObjectRecord
+from gateway.storage import FAILED_WRITE_DELAY, layout_to_dict
+from gateway.streams import stream_hint
+
+KIND = "object-tags"
+PREFIX = "tg:"
+
+
+async def _no_bytes() -> AsyncIterator[bytes]:
+    return
+    yield  # an async generator that yields nothing
+
+
+def archive_meta(obj: ObjectRecord, tags: dict[str, str],
+                 acl: list[dict[str, Any]] | None, when: float) -> dict[str, Any]:
+    """The meta dict every archive of the change carries."""
+    return {"kind": KIND, "tags": {"bucket": obj.bucket, "key": obj.key,
+                                   "version_id": obj.version_id or "null",
+                                   "version": obj.version, "tags": dict(tags),
+                                   "acl": acl, "time": when}}
+
+
+async def write_change(storage: Any, store: Any, obj: ObjectRecord, tags: dict[str, str],
+                       acl: list[dict[str, Any]] | None) -> tuple[dict[str, Any], int]:
+    """Write the archive recording `obj`'s new tags and ACL; (its layout, the pending mark to
+    release at commit). ServiceUnavailable when too few nodes answered."""
+    from erasure.errors import ErasureError
+    uid = f"{PREFIX}{uuid.uuid4().hex}"
+    (mark,) = await store.queue_orphans([{"part_uid": uid, "pending": True}],
+                                        delay=storage.pending_grace)
+    meta = archive_meta(obj, tags, acl, time.time())
+    try:
+        layout = await storage.cluster.write_part(
+            uid, _no_bytes(), length=0, stream=stream_hint(obj.bucket, obj.key),
+            meta=lambda _r: meta)
+    except BaseException as e:
+        # As Storage._failed: a node may hold an archive whose answer was lost; the
+        # sweeper's scan for the uid soon deletes what is left.
+        await store.queue_orphans([{"part_uid": uid, "pending": True}],
+                                  delay=FAILED_WRITE_DELAY)
+        await store.done_orphans([mark])
+        if isinstance(e, ErasureError):
+            raise S3Error("ServiceUnavailable", "Not enough storage nodes answered; the "
+                          "change was not saved. Please retry.") from None
+        raise
+    return layout_to_dict(layout), mark
+
+
+async def save_change(req: Any, obj: ObjectRecord, tags: dict[str, str],
+                      acl: list[dict[str, Any]] | None, field: str) -> bool:
+    """Record `obj`'s new tags (field "tags") or ACL ("acl"): the archive, then the store
+    change with the mark's release. False (the archive queued for deletion) if the version
+    is gone or is another write now."""
+    gw = req.gw
+    layout, mark = await write_change(gw.storage, gw.store, obj, tags, acl)
+    vid = obj.version_id or "null"
+    if field == "tags":
+        done = await gw.store.put_object_tags(obj.bucket, obj.key, vid, tags, meta_part=layout,
+                                              if_version=obj.version, release=[mark])
+    else:
+        done = await gw.store.put_object_acl(obj.bucket, obj.key, vid, acl, meta_part=layout,
+                                             if_version=obj.version, release=[mark])
+    if not done:
+        await gw.store.queue_orphans([layout])
+        await gw.store.done_orphans([mark])
+    gw.kick_sweeper()  # the replaced (or unused) archive was queued: free it now
+    return done
+
+
+def change_from_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The change an archive's meta dict describes; ValueError when it is malformed."""
+    try:
+        d = meta["tags"]
+        out = {"bucket": str(d["bucket"]), "key": str(d["key"]),
+               "version_id": str(d["version_id"]), "version": str(d["version"]),
+               "tags": {str(k): str(v) for k, v in dict(d["tags"]).items()},
+               "acl": list(d["acl"]) if d.get("acl") is not None else None,
+               "time": float(d["time"])}
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"malformed tag archive: {e!r}") from None
+    if not out["bucket"] or not out["key"]:
+        raise ValueError("malformed tag archive: empty bucket or key")
+    return out
+
+
+def apply_changes(records: list[ObjectRecord],
+                  changes: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Recovery: give each record the tags, ACL and `meta_part` of its newest change (pairs of
+    (change, layout)) whose `version` is the record's write. Returns the layouts no record
+    took (older changes, or changes of writes that are gone), for the deletion queue."""
+    by_write: dict[tuple[str, str, str, str], ObjectRecord] = {
+        (r.bucket, r.key, r.version_id, r.version): r for r in records}
+    newest: dict[tuple[str, str, str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
+    leftovers: list[dict[str, Any]] = []
+    for ch, lay in changes:
+        k = (ch["bucket"], ch["key"], ch["version_id"], ch["version"])
+        if k not in by_write:
+            leftovers.append(lay)
+            continue
+        have = newest.get(k)
+        if have is not None and (have[0]["time"], have[1]["part_uid"]) >= \
+                (ch["time"], lay["part_uid"]):
+            leftovers.append(lay)
+            continue
+        if have is not None:
+            leftovers.append(have[1])
+        newest[k] = (ch, lay)
+    for k, (ch, lay) in newest.items():
+        rec = by_write[k]
+        rec.tags, rec.acl, rec.meta_part = dict(ch["tags"]), ch["acl"], lay
+    return leftovers

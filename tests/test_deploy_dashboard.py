@@ -4,6 +4,7 @@ gateway too)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import urllib.request
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from erasure.repairqueue import RepairQueue
 from gateway.metrics import GatewayMetrics
 from tests.nodeproc import NodeCluster
 
@@ -67,7 +69,11 @@ def test_every_dashboard_metric_is_exported(tmp_path):
     wanted = set().union(*(queried_metrics(e) for e in dashboard_exprs())) - PROMETHEUS_OWN
     assert any(w.startswith("zonegate_node_") for w in wanted)
     assert any(w.startswith("zonegate_gateway_") for w in wanted)
-    exported = exported_names(GatewayMetrics().render().decode())
+    gm = GatewayMetrics()
+    # the backlog gauge is shown once a repair queue has been read
+    gm.watch_repair_queue(RepairQueue(tmp_path / "state"))
+    asyncio.run(gm.refresh_repair_backlog())
+    exported = exported_names(gm.render().decode())
     with NodeCluster(tmp_path, 1, drives_per_node=1) as nodes:
         # loopback may scrape a node unsigned (its default --open-metrics loopback)
         with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(

@@ -28,13 +28,21 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
+from gateway.metadata.keys import (
+    ObjectWalk,
+    key_bytes,
+    key_str,
+    listed_object,
+    prefix_end,
+    rollup_uploads,
+)
 from gateway.metadata.partscache import PartsCache
 from gateway.metadata.pg_extra import PgExtras
 from gateway.metadata.pg_versions import PgVersions
@@ -47,7 +55,6 @@ from gateway.metadata.store import (
     ListPage,
     MetadataStore,
     NoSuchBucketError,
-    ObjectRecord,
     OrphanEntry,
     PartRecord,
     StoreUnavailableError,
@@ -169,12 +176,6 @@ def _unavailable(e: BaseException) -> StoreUnavailableError:
 
 
 _Again, _obj, _js = Again, obj_row, js
-
-
-def _listed(r: Any) -> ObjectRecord:
-    return ObjectRecord(bucket=r[0], key=key_str(r[1]), size=r[2], etag=r[3],
-                        last_modified=r[4], owner=r[5], version=r[6],
-                        checksum=json.loads(r[7]), version_id=r[8])
 
 
 def _bk(r: Any) -> BucketRecord:
@@ -361,7 +362,7 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
     # -- objects --------------------------------------------------------------------------
     async def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                            limit: int) -> ListPage:
-        walk = ObjectWalk(prefix, delimiter, after, limit, lambda r: r[1], _listed)
+        walk = ObjectWalk(prefix, delimiter, after, limit, itemgetter(1), listed_object)
 
         async def run(c: asyncpg.Connection) -> ListPage:
             while (r := walk.next_range()) is not None:

@@ -89,16 +89,28 @@ class ObjectWalk:
     def next_range(self) -> tuple[bytes, bool, bytes | None] | None:
         return None if self.done else (self.lower, self.inclusive, self.end)
 
-    def feed(self, rows: list[Any]) -> None:
-        asked, self.batch = self.batch, BATCH
+    def steps(self) -> int:
+        """Entries still wanted, plus one to learn whether the page is truncated (the row
+        count of a skip-scan query, gateway/metadata/skipscan.py)."""
+        return max(self.limit - self.count, 0) + 1
+
+    def feed(self, rows: list[Any], asked: int | None = None) -> None:
+        """Fold rows (key order, from the current range; `asked`: how many the query could
+        return, default `self.batch`) into the page. Rows under a common prefix already
+        rolled up are skipped."""
+        if asked is None:
+            asked = self.batch
+        self.batch = BATCH
         if not rows:
             self.done = True
             return
-        jumped = False
+        skip_below: bytes | None = None  # the end of the last rolled-up prefix
         for row in rows:
             kb = self.key_of(row)
             if type(kb) is not bytes:
                 kb = bytes(kb)
+            if skip_below is not None and kb < skip_below:
+                continue
             if self.count >= self.limit:
                 self.truncated = self.done = True
                 return
@@ -113,15 +125,18 @@ class ObjectWalk:
                     if nxt is None:
                         self.done = True
                         return
-                    self.lower, self.inclusive, jumped = nxt, True, True
-                    self.batch = JUMP_BATCH
-                    break
+                    self.lower, self.inclusive = nxt, True
+                    skip_below = nxt
+                    continue
+            skip_below = None
             self.items.append(self.item_of(row))
             self.count += 1
             self.last_b = kb
             self.lower, self.inclusive = kb, False
-        if not jumped and len(rows) < asked:
-            self.done = True
+        if len(rows) < asked:
+            self.done = True  # the range held no more rows
+        elif skip_below is not None:
+            self.batch = JUMP_BATCH
 
     def page(self) -> ListPage:
         truncated = self.truncated and self.limit != 0

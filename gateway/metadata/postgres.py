@@ -35,6 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from gateway.metadata import skipscan
 from gateway.metadata.keys import (
     ObjectWalk,
     key_bytes,
@@ -367,6 +368,12 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
         async def run(c: asyncpg.Connection) -> ListPage:
             while (r := walk.next_range()) is not None:
                 lower, inclusive, end = r
+                if delimiter:
+                    n = walk.steps()
+                    sq, sargs = skipscan.pg_query(_LIST_COLS, bucket, prefix, delimiter, lower,
+                                                  inclusive, end, n)
+                    walk.feed(await c.fetch(sq, *sargs), n)
+                    continue
                 q = (f"SELECT {_LIST_COLS} FROM objects WHERE bucket=$1 AND "
                      + ("key >= $2" if inclusive else "key > $2"))
                 args: list[Any] = [bucket, lower]

@@ -26,6 +26,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gateway.metadata import skipscan
 from gateway.metadata.keys import (
     ObjectWalk,
     key_bytes,
@@ -322,6 +323,12 @@ class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, MetadataStore):
         walk = ObjectWalk(prefix, delimiter, after, limit, itemgetter(1), listed_object)
         while (r := walk.next_range()) is not None:
             lower, inclusive, end = r
+            if delimiter:
+                n = walk.steps()
+                sq, sargs = skipscan.sqlite_query(self._LIST_COLS, bucket, prefix, delimiter,
+                                                  lower, inclusive, end, n)
+                walk.feed(c.execute(sq, sargs).fetchall(), n)
+                continue
             # Listings never need the part layouts (a 10,000-part object's row is megabytes).
             q = (f"SELECT {self._LIST_COLS} FROM objects WHERE bucket=? AND "
                  + ("key >= ?" if inclusive else "key > ?"))

@@ -218,8 +218,11 @@ def list_pages(endpoint: str, max_pages: int, gw: Any = None,
     return out
 
 
-def small_objects(endpoint: str, n: int) -> dict[str, Any]:
-    """PUT n 64 KiB objects with CLIENT_THREADS threads, then GET them in random order."""
+def small_objects(endpoint: str, n: int,
+                  cpu_of: dict[str, list[int]] | None = None) -> dict[str, Any]:
+    """PUT n 64 KiB objects with CLIENT_THREADS threads, then GET them in random order;
+    `cpu_of`: process trees (name -> root pids) whose CPU ms per request are reported."""
+    from bench.gateway_bench import tree_cpu
     cl = s3_client(endpoint)
     try:
         cl.create_bucket(Bucket=BUCKET_SMALL)
@@ -231,7 +234,10 @@ def small_objects(endpoint: str, n: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for phase in ("put", "get"):
         order = keys if phase == "put" else random.Random(2).sample(keys, len(keys))
+        before = {k: tree_cpu(v) for k, v in (cpu_of or {}).items()}
         out[phase] = timed_phase(cl, phase, order, data)
+        for k, v in (cpu_of or {}).items():
+            out[phase][f"{k}_cpu_ms_per_op"] = round((tree_cpu(v) - before[k]) / n * 1000, 2)
     return out
 
 
@@ -285,7 +291,7 @@ backend gateways
 # ------------------------------------------------------------------------ the run
 
 def run_backend(name: str, target: str, root: Path, args: argparse.Namespace,
-                password_file: str | None) -> dict[str, Any]:
+                password_file: str | None, pg_pid: int | None = None) -> dict[str, Any]:
     from tests.multigwcluster import MultiGateway
     res: dict[str, Any] = {}
     print(f"[{name}] filling {args.list_objects} objects in bulk ...", flush=True)
@@ -297,7 +303,10 @@ def run_backend(name: str, target: str, root: Path, args: argparse.Namespace,
         endpoint = mg.gws[0].endpoint
         res["listing"] = list_pages(endpoint, args.max_pages, mg.gws[0], args.boto3_pages)
         print(f"[{name}] listing: {res['listing']}", flush=True)
-        res["small"] = small_objects(endpoint, args.objects)
+        cpu_of = {"gateway": [mg.gws[0].proc.pid]}
+        if pg_pid is not None:
+            cpu_of["postgres"] = [pg_pid]
+        res["small"] = small_objects(endpoint, args.objects, cpu_of)
         print(f"[{name}] small objects, one gateway: {res['small']}", flush=True)
     return res
 
@@ -354,8 +363,9 @@ def main(argv: list[str]) -> int:
             pg.start()
             pf = str(pg.password_file)
         if "postgres" not in skip:
+            pg_pid = int((Path(pg.data) / "postmaster.pid").read_text().split()[0])
             results["postgres"] = run_backend("postgres", pg.new_database("bench"), root, args,
-                                              pf)
+                                              pf, pg_pid)
         if "haproxy" not in skip:
             results["haproxy"] = run_haproxy(pg.new_database("benchha"), root, args, pf)
     finally:

@@ -101,8 +101,11 @@ def _policy(text: str, bucket: str) -> Policy:
 
 
 async def bucket_access(req: S3Request, b: BucketRecord) -> BucketAccess:
-    """The bucket's access documents, read in one store call."""
-    configs = await req.gw.store.bucket_configs(b.name)
+    """The bucket's access documents, read in one store call (or with the bucket's record by
+    require_bucket, in the same request)."""
+    got = req.extra.get("bucket_configs")
+    configs = got[1] if got is not None and got[0] == b.name else \
+        await req.gw.store.bucket_configs(b.name)
     doc = configs.get("policy")
     policy = _policy(doc, b.name) if doc else None
     ownership, _ = ownership_from_doc(configs.get("ownership"))

@@ -303,12 +303,47 @@ def run_backend(name: str, target: str, root: Path, args: argparse.Namespace,
         endpoint = mg.gws[0].endpoint
         res["listing"] = list_pages(endpoint, args.max_pages, mg.gws[0], args.boto3_pages)
         print(f"[{name}] listing: {res['listing']}", flush=True)
+        if args.interleave:
+            return res  # small objects: small_interleaved, both backends up at once
         cpu_of = {"gateway": [mg.gws[0].proc.pid]}
         if pg_pid is not None:
             cpu_of["postgres"] = [pg_pid]
         res["small"] = small_objects(endpoint, args.objects, cpu_of)
         print(f"[{name}] small objects, one gateway: {res['small']}", flush=True)
     return res
+
+
+def small_interleaved(targets: dict[str, str], root: Path, args: argparse.Namespace,
+                      password_file: str, pg_pid: int) -> dict[str, Any]:
+    """Small objects on one SQLite and one PostgreSQL gateway, both clusters up at once, the
+    two taking turns round by round (order alternating): on a shared machine whose load moves
+    by the minute, a ratio of measurements taken minutes apart says little."""
+    import contextlib
+
+    from tests.multigwcluster import MultiGateway
+    rounds: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        mgs = {name: stack.enter_context(MultiGateway(
+            root / f"small-{name}", target, gateways=1,
+            password_file=password_file if name == "postgres" else None))
+            for name, target in targets.items()}
+        for r in range(args.interleave):
+            order = list(mgs) if r % 2 == 0 else list(mgs)[::-1]
+            got: dict[str, Any] = {}
+            for name in order:
+                cpu_of = {"gateway": [mgs[name].gws[0].proc.pid]}
+                if name == "postgres":
+                    cpu_of["postgres"] = [pg_pid]
+                got[name] = small_objects(mgs[name].gws[0].endpoint, args.objects, cpu_of)
+            for phase in ("put", "get"):
+                got[f"pg_vs_sqlite_{phase}"] = round(got["postgres"][phase]["ops_per_s"] /
+                                                     got["sqlite"][phase]["ops_per_s"], 2)
+            print(f"[interleaved] round {r + 1}: {got}", flush=True)
+            rounds.append(got)
+    out: dict[str, Any] = {"rounds": rounds}
+    for phase in ("put", "get"):
+        out[f"pg_vs_sqlite_{phase}_median"] = pct([g[f"pg_vs_sqlite_{phase}"] for g in rounds], 50)
+    return out
 
 
 def run_haproxy(target: str, root: Path, args: argparse.Namespace,
@@ -346,6 +381,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-pages", type=int, default=200, help="pages timed per listing mode")
     ap.add_argument("--boto3-pages", type=int, default=20,
                     help="pages timed per listing mode through boto3 (slow to parse)")
+    ap.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                    help="small objects on both backends at once, taking turns for ROUNDS "
+                         "rounds (instead of once each after its listing)")
     ap.add_argument("--skip", default="", help="comma list of sqlite,postgres,haproxy")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -366,13 +404,17 @@ def main(argv: list[str]) -> int:
             pg_pid = int((Path(pg.data) / "postmaster.pid").read_text().split()[0])
             results["postgres"] = run_backend("postgres", pg.new_database("bench"), root, args,
                                               pf, pg_pid)
+        if args.interleave and "sqlite" in results and "postgres" in results:
+            results["small_interleaved"] = small_interleaved(
+                {"sqlite": str(root / "small.sqlite"), "postgres": pg.new_database("small")},
+                root, args, pf, pg_pid)
         if "haproxy" not in skip:
             results["haproxy"] = run_haproxy(pg.new_database("benchha"), root, args, pf)
     finally:
         if pg is not None:
             pg.destroy()
         shutil.rmtree(root, ignore_errors=True)
-    if "sqlite" in results and "postgres" in results:
+    if "sqlite" in results and "postgres" in results and not args.interleave:
         for phase in ("put", "get"):
             results[f"pg_vs_sqlite_{phase}"] = round(
                 results["postgres"]["small"][phase]["ops_per_s"] /

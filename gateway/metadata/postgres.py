@@ -179,6 +179,13 @@ def _unavailable(e: BaseException) -> StoreUnavailableError:
 _Again, _obj, _js = Again, obj_row, js
 
 
+async def _no_reset(c: asyncpg.Connection) -> None:
+    """A connection back in the pool needs no session reset: the store keeps no session state
+    (no SET, LISTEN, advisory locks or cursors), and asyncpg still rolls back an open
+    transaction first. Its default reset is one more round trip per store call, as many as the
+    store's own queries for most requests."""
+
+
 def _bk(r: Any) -> BucketRecord:
     return BucketRecord(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None)
 
@@ -220,7 +227,7 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
         try:
             self._pool = await asyncpg.create_pool(
                 self.url, min_size=1, max_size=self.pool_size, timeout=self.connect_timeout,
-                command_timeout=self.command_timeout, **kw)
+                command_timeout=self.command_timeout, reset=_no_reset, **kw)
         except UNAVAILABLE as e:
             raise StoreUnavailableError(
                 f"cannot reach the metadata database {redact(self.url)}: "

@@ -44,6 +44,7 @@ CLIENT_THREADS = 8
 SMALL = 64 * KiB
 BUCKET_LIST = "listing"
 BUCKET_SMALL = "small"
+BUCKET_COMMIT = "commits"
 OWNER = "alice"
 
 
@@ -72,41 +73,43 @@ LIST_MODES: dict[str, dict[str, str]] = {
     "deep_delimiter": {"prefix": "d3/", "delimiter": "x"},    # rolls every key up: skipping
 }
 
-async def fill(target: str, n: int, password_file: str | None,
-               max_pages: int) -> dict[str, Any]:
-    """Create the listing bucket and put n objects with WRITERS concurrent writers; then time
-    the store's listing pages."""
-    from gateway.metadata import BucketRecord, ObjectRecord, open_store
+async def fill(target: str, n: int, password_file: str | None, max_pages: int,
+               commits: int) -> dict[str, Any]:
+    """Fill the listing bucket with n objects in bulk (bench/metadata_fill.py: the store's own
+    tables, batched); time the store's listing pages; then the commit rate of `commits`
+    put_object calls by WRITERS concurrent writers into another bucket."""
+    from bench.metadata_fill import bulk_fill, records
+    from gateway.metadata import BucketRecord, open_store
     kw: dict[str, Any] = {}
     if target.startswith("postgresql://"):
         kw = {"password_file": password_file, "pool_size": WRITERS}
     store = open_store(target, **kw)
     await store.start()
     await store.create_bucket(BucketRecord(BUCKET_LIST, OWNER, time.time()))
-    counter = iter(range(n))
+    await store.create_bucket(BucketRecord(BUCKET_COMMIT, OWNER, time.time()))
+    secs = await bulk_fill(store, BUCKET_LIST, OWNER, n, list_key)
+    print(f"  bulk fill of {n} objects: {secs:.1f} s", flush=True)
+    listing = {name: await store_pages(store, max_pages, **kw)
+               for name, kw in LIST_MODES.items()}
+    counter = iter(records(BUCKET_COMMIT, OWNER, commits, list_key))
     lat: list[float] = []
 
     async def writer() -> None:
-        for i in counter:
-            version = uuid.uuid4().hex
-            etag = hashlib.md5(str(i).encode()).hexdigest()
-            rec = ObjectRecord(bucket=BUCKET_LIST, key=list_key(i), size=1024, etag=etag,
-                               last_modified=time.time(), owner=OWNER, version=version,
-                               headers={"Content-Type": "application/octet-stream"},
-                               parts=[{"number": 1, "size": 1024, "etag": etag,
-                                       "layout": {"part_uid": f"{version}-1", "size": 1024}}])
+        for rec in counter:
             t = time.perf_counter()
             await store.put_object(rec)
             lat.append(time.perf_counter() - t)
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     await asyncio.gather(*(writer() for _ in range(WRITERS)))
     wall = time.perf_counter() - t0
-    commit = {"objects": n, "seconds": round(wall, 1), "commits_per_s": round(n / wall),
+    cpu = time.process_time() - cpu0
+    commit = {"objects": commits, "seconds": round(wall, 1),
+              "commits_per_s": round(commits / wall),
+              "client_cpu_ms_per_commit": round(cpu / commits * 1000, 3),
               "p50_ms": round(pct(lat, 50) * 1000, 2), "p99_ms": round(pct(lat, 99) * 1000, 2)}
-    listing = {name: await store_pages(store, max_pages, **kw)
-               for name, kw in LIST_MODES.items()}
     await store.close()
-    return {"commit": commit, "store_listing": listing}
+    return {"fill_seconds": round(secs, 1), "commit": commit, "store_listing": listing}
 
 
 async def store_pages(store: Any, max_pages: int, prefix: str = "",
@@ -140,32 +143,51 @@ def s3_client(endpoint: str) -> Any:
 
 
 def raw_pages(gw: Any, mode: dict[str, str], max_pages: int) -> list[float]:
-    """ListObjectsV2 pages as signed raw HTTP requests: the gateway's answer time without
-    boto3's XML parsing (which costs more than the gateway on this machine)."""
+    """ListObjectsV2 pages as raw HTTP requests on one kept-alive connection, SigV4-signed by
+    botocore's signer before the clock starts: the gateway's answer time (request, listing,
+    XML, transfer) without boto3's XML parsing, which costs more than the gateway here."""
+    import http.client
     from urllib.parse import urlencode
 
-    from tests.gwcluster import signed_request
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    from tests.gwcluster import ACCESS_KEY, SECRET_KEY
+    signer = S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1")
+    host = f"127.0.0.1:{gw.port}"
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
     lat: list[float] = []
     token = ""
-    while len(lat) < max_pages:
-        q = {"list-type": "2", "max-keys": "1000", "prefix": mode.get("prefix", "")}
-        if mode.get("delimiter"):
-            q["delimiter"] = mode["delimiter"]
-        if token:
-            q["continuation-token"] = token
-        t = time.perf_counter()
-        status, _, body = signed_request(gw, "GET", "/" + BUCKET_LIST,
-                                         query=urlencode(sorted(q.items())))
-        lat.append(time.perf_counter() - t)
-        assert status == 200, body[:300]
-        m = re.search(rb"<NextContinuationToken>([^<]+)</NextContinuationToken>", body)
-        if m is None:
-            break
-        token = m.group(1).decode()
+    try:
+        while len(lat) < max_pages:
+            q = {"list-type": "2", "max-keys": "1000", "prefix": mode.get("prefix", "")}
+            if mode.get("delimiter"):
+                q["delimiter"] = mode["delimiter"]
+            if token:
+                q["continuation-token"] = token
+            path = f"/{BUCKET_LIST}?{urlencode(sorted(q.items()))}"
+            areq = AWSRequest(method="GET", url=f"http://{host}{path}", data=b"",
+                              headers={"Host": host,
+                                       "x-amz-content-sha256": hashlib.sha256(b"").hexdigest()})
+            signer.add_auth(areq)
+            t = time.perf_counter()
+            conn.request("GET", path, headers=dict(areq.headers.items()))
+            resp = conn.getresponse()
+            body = resp.read()
+            lat.append(time.perf_counter() - t)
+            assert resp.status == 200, body[:300]
+            m = re.search(rb"<NextContinuationToken>([^<]+)</NextContinuationToken>", body)
+            if m is None:
+                break
+            token = m.group(1).decode()
+    finally:
+        conn.close()
     return lat
 
 
-def list_pages(endpoint: str, max_pages: int, gw: Any = None) -> dict[str, Any]:
+def list_pages(endpoint: str, max_pages: int, gw: Any = None,
+               boto3_pages: int = 20) -> dict[str, Any]:
     cl = s3_client(endpoint)
     out: dict[str, Any] = {}
     for name, mode in LIST_MODES.items():
@@ -175,7 +197,7 @@ def list_pages(endpoint: str, max_pages: int, gw: Any = None) -> dict[str, Any]:
         lat: list[float] = []
         token: str | None = None
         items = 0
-        while len(lat) < max_pages:
+        while len(lat) < min(max_pages, boto3_pages):
             kw = dict(args, Bucket=BUCKET_LIST, MaxKeys=1000)
             if token:
                 kw["ContinuationToken"] = token
@@ -196,8 +218,11 @@ def list_pages(endpoint: str, max_pages: int, gw: Any = None) -> dict[str, Any]:
     return out
 
 
-def small_objects(endpoint: str, n: int) -> dict[str, Any]:
-    """PUT n 64 KiB objects with CLIENT_THREADS threads, then GET them in random order."""
+def small_objects(endpoint: str, n: int,
+                  cpu_of: dict[str, list[int]] | None = None) -> dict[str, Any]:
+    """PUT n 64 KiB objects with CLIENT_THREADS threads, then GET them in random order;
+    `cpu_of`: process trees (name -> root pids) whose CPU ms per request are reported."""
+    from bench.gateway_bench import tree_cpu
     cl = s3_client(endpoint)
     try:
         cl.create_bucket(Bucket=BUCKET_SMALL)
@@ -209,7 +234,10 @@ def small_objects(endpoint: str, n: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for phase in ("put", "get"):
         order = keys if phase == "put" else random.Random(2).sample(keys, len(keys))
+        before = {k: tree_cpu(v) for k, v in (cpu_of or {}).items()}
         out[phase] = timed_phase(cl, phase, order, data)
+        for k, v in (cpu_of or {}).items():
+            out[phase][f"{k}_cpu_ms_per_op"] = round((tree_cpu(v) - before[k]) / n * 1000, 2)
     return out
 
 
@@ -263,20 +291,59 @@ backend gateways
 # ------------------------------------------------------------------------ the run
 
 def run_backend(name: str, target: str, root: Path, args: argparse.Namespace,
-                password_file: str | None) -> dict[str, Any]:
+                password_file: str | None, pg_pid: int | None = None) -> dict[str, Any]:
     from tests.multigwcluster import MultiGateway
     res: dict[str, Any] = {}
-    print(f"[{name}] filling {args.list_objects} objects with {WRITERS} writers ...", flush=True)
-    res.update(asyncio.run(fill(target, args.list_objects, password_file, args.max_pages)))
+    print(f"[{name}] filling {args.list_objects} objects in bulk ...", flush=True)
+    res.update(asyncio.run(fill(target, args.list_objects, password_file, args.max_pages,
+                               args.commits)))
     print(f"[{name}] commit rate: {res['commit']}", flush=True)
     print(f"[{name}] store listing: {res['store_listing']}", flush=True)
     with MultiGateway(root / name, target, gateways=1, password_file=password_file) as mg:
         endpoint = mg.gws[0].endpoint
-        res["listing"] = list_pages(endpoint, args.max_pages, mg.gws[0])
+        res["listing"] = list_pages(endpoint, args.max_pages, mg.gws[0], args.boto3_pages)
         print(f"[{name}] listing: {res['listing']}", flush=True)
-        res["small"] = small_objects(endpoint, args.objects)
+        if args.interleave:
+            return res  # small objects: small_interleaved, both backends up at once
+        cpu_of = {"gateway": [mg.gws[0].proc.pid]}
+        if pg_pid is not None:
+            cpu_of["postgres"] = [pg_pid]
+        res["small"] = small_objects(endpoint, args.objects, cpu_of)
         print(f"[{name}] small objects, one gateway: {res['small']}", flush=True)
     return res
+
+
+def small_interleaved(targets: dict[str, str], root: Path, args: argparse.Namespace,
+                      password_file: str, pg_pid: int) -> dict[str, Any]:
+    """Small objects on one SQLite and one PostgreSQL gateway, both clusters up at once, the
+    two taking turns round by round (order alternating): on a shared machine whose load moves
+    by the minute, a ratio of measurements taken minutes apart says little."""
+    import contextlib
+
+    from tests.multigwcluster import MultiGateway
+    rounds: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        mgs = {name: stack.enter_context(MultiGateway(
+            root / f"small-{name}", target, gateways=1,
+            password_file=password_file if name == "postgres" else None))
+            for name, target in targets.items()}
+        for r in range(args.interleave):
+            order = list(mgs) if r % 2 == 0 else list(mgs)[::-1]
+            got: dict[str, Any] = {}
+            for name in order:
+                cpu_of = {"gateway": [mgs[name].gws[0].proc.pid]}
+                if name == "postgres":
+                    cpu_of["postgres"] = [pg_pid]
+                got[name] = small_objects(mgs[name].gws[0].endpoint, args.objects, cpu_of)
+            for phase in ("put", "get"):
+                got[f"pg_vs_sqlite_{phase}"] = round(got["postgres"][phase]["ops_per_s"] /
+                                                     got["sqlite"][phase]["ops_per_s"], 2)
+            print(f"[interleaved] round {r + 1}: {got}", flush=True)
+            rounds.append(got)
+    out: dict[str, Any] = {"rounds": rounds}
+    for phase in ("put", "get"):
+        out[f"pg_vs_sqlite_{phase}_median"] = pct([g[f"pg_vs_sqlite_{phase}"] for g in rounds], 50)
+    return out
 
 
 def run_haproxy(target: str, root: Path, args: argparse.Namespace,
@@ -309,7 +376,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--objects", type=int, default=2000, help="64 KiB objects per PUT/GET run")
     ap.add_argument("--list-objects", type=int, default=1_000_000,
                     help="objects in the listing bucket (inserted through the store API)")
+    ap.add_argument("--commits", type=int, default=5000,
+                    help="put_object commits timed with 32 writers (a bucket of their own)")
     ap.add_argument("--max-pages", type=int, default=200, help="pages timed per listing mode")
+    ap.add_argument("--boto3-pages", type=int, default=20,
+                    help="pages timed per listing mode through boto3 (slow to parse)")
+    ap.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                    help="small objects on both backends at once, taking turns for ROUNDS "
+                         "rounds (instead of once each after its listing)")
     ap.add_argument("--skip", default="", help="comma list of sqlite,postgres,haproxy")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -327,15 +401,20 @@ def main(argv: list[str]) -> int:
             pg.start()
             pf = str(pg.password_file)
         if "postgres" not in skip:
+            pg_pid = int((Path(pg.data) / "postmaster.pid").read_text().split()[0])
             results["postgres"] = run_backend("postgres", pg.new_database("bench"), root, args,
-                                              pf)
+                                              pf, pg_pid)
+        if args.interleave and "sqlite" in results and "postgres" in results:
+            results["small_interleaved"] = small_interleaved(
+                {"sqlite": str(root / "small.sqlite"), "postgres": pg.new_database("small")},
+                root, args, pf, pg_pid)
         if "haproxy" not in skip:
             results["haproxy"] = run_haproxy(pg.new_database("benchha"), root, args, pf)
     finally:
         if pg is not None:
             pg.destroy()
         shutil.rmtree(root, ignore_errors=True)
-    if "sqlite" in results and "postgres" in results:
+    if "sqlite" in results and "postgres" in results and not args.interleave:
         for phase in ("put", "get"):
             results[f"pg_vs_sqlite_{phase}"] = round(
                 results["postgres"]["small"][phase]["ops_per_s"] /

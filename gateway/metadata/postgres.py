@@ -28,13 +28,22 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
+from gateway.metadata import skipscan
+from gateway.metadata.keys import (
+    ObjectWalk,
+    key_bytes,
+    key_str,
+    listed_object,
+    prefix_end,
+    rollup_uploads,
+)
 from gateway.metadata.partscache import PartsCache
 from gateway.metadata.pg_extra import PgExtras
 from gateway.metadata.pg_versions import PgVersions
@@ -47,7 +56,6 @@ from gateway.metadata.store import (
     ListPage,
     MetadataStore,
     NoSuchBucketError,
-    ObjectRecord,
     OrphanEntry,
     PartRecord,
     StoreUnavailableError,
@@ -173,10 +181,11 @@ def _unavailable(e: BaseException) -> StoreUnavailableError:
 _Again, _obj, _js = Again, obj_row, js
 
 
-def _listed(r: Any) -> ObjectRecord:
-    return ObjectRecord(bucket=r[0], key=key_str(r[1]), size=r[2], etag=r[3],
-                        last_modified=r[4], owner=r[5], version=r[6],
-                        checksum=json.loads(r[7]), version_id=r[8])
+async def _no_reset(c: asyncpg.Connection) -> None:
+    """A connection back in the pool needs no session reset: the store keeps no session state
+    (no SET, LISTEN, advisory locks or cursors), and asyncpg still rolls back an open
+    transaction first. Its default reset is one more round trip per store call, as many as the
+    store's own queries for most requests."""
 
 
 def _bk(r: Any) -> BucketRecord:
@@ -220,7 +229,7 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
         try:
             self._pool = await asyncpg.create_pool(
                 self.url, min_size=1, max_size=self.pool_size, timeout=self.connect_timeout,
-                command_timeout=self.command_timeout, **kw)
+                command_timeout=self.command_timeout, reset=_no_reset, **kw)
         except UNAVAILABLE as e:
             raise StoreUnavailableError(
                 f"cannot reach the metadata database {redact(self.url)}: "
@@ -363,11 +372,17 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
     # -- objects --------------------------------------------------------------------------
     async def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                            limit: int) -> ListPage:
-        walk = ObjectWalk(prefix, delimiter, after, limit, lambda r: r[1], _listed)
+        walk = ObjectWalk(prefix, delimiter, after, limit, itemgetter(1), listed_object)
 
         async def run(c: asyncpg.Connection) -> ListPage:
             while (r := walk.next_range()) is not None:
                 lower, inclusive, end = r
+                if delimiter:
+                    n = walk.steps()
+                    sq, sargs = skipscan.pg_query(_LIST_COLS, bucket, prefix, delimiter, lower,
+                                                  inclusive, end, n)
+                    walk.feed(await c.fetch(sq, *sargs), n)
+                    continue
                 q = (f"SELECT {_LIST_COLS} FROM objects WHERE bucket=$1 AND "
                      + ("key >= $2" if inclusive else "key > $2"))
                 args: list[Any] = [bucket, lower]

@@ -22,10 +22,19 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.metadata.keys import ObjectWalk, key_bytes, key_str, prefix_end, rollup_uploads
+from gateway.metadata import skipscan
+from gateway.metadata.keys import (
+    ObjectWalk,
+    key_bytes,
+    key_str,
+    listed_object,
+    prefix_end,
+    rollup_uploads,
+)
 from gateway.metadata.queues_sqlite import MIGRATION as QUEUES_MIGRATION
 from gateway.metadata.queues_sqlite import SqliteQueues
 from gateway.metadata.sqlite_extra import SqliteExtras
@@ -262,8 +271,7 @@ class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, MetadataStore):
     # -- objects --------------------------------------------------------------------------
     _OBJ_COLS = OBJ_COLS
 
-    _LIST_COLS = ("bucket, key, size, etag, last_modified, owner, version, '{}', '{}', "
-                  "checksum, '[]', NULL, '{}', NULL, version_id")
+    _LIST_COLS = "bucket, key, size, etag, last_modified, owner, version, checksum, version_id"
 
     @staticmethod
     def _obj(row: tuple, parts: list[dict[str, Any]] | None = None) -> ObjectRecord:
@@ -315,9 +323,15 @@ class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, MetadataStore):
     def _list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                       limit: int) -> ListPage:
         c = self._conn()
-        walk = ObjectWalk(prefix, delimiter, after, limit, lambda r: r[1], self._obj)
+        walk = ObjectWalk(prefix, delimiter, after, limit, itemgetter(1), listed_object)
         while (r := walk.next_range()) is not None:
             lower, inclusive, end = r
+            if delimiter:
+                n = walk.steps()
+                sq, sargs = skipscan.sqlite_query(self._LIST_COLS, bucket, prefix, delimiter,
+                                                  lower, inclusive, end, n)
+                walk.feed(c.execute(sq, sargs).fetchall(), n)
+                continue
             # Listings never need the part layouts (a 10,000-part object's row is megabytes).
             q = (f"SELECT {self._LIST_COLS} FROM objects WHERE bucket=? AND "
                  + ("key >= ?" if inclusive else "key > ?"))

@@ -101,10 +101,13 @@ def _policy(text: str, bucket: str) -> Policy:
 
 
 async def bucket_access(req: S3Request, b: BucketRecord) -> BucketAccess:
-    """The bucket's access documents, read in one store call."""
-    configs = await req.gw.store.bucket_configs(b.name)
-    # kept for the handler (versioning state, lifecycle rules): no second read per request
-    req.extra.setdefault("configs", {})[b.name] = configs
+    """The bucket's access documents, read in one store call (or with the bucket's record by
+    require_bucket, in the same request)."""
+    seen = req.extra.setdefault("configs", {})
+    configs = seen.get(b.name)
+    if configs is None:
+        # kept for the handler (versioning state, lifecycle rules): no second read per request
+        configs = seen[b.name] = await req.gw.store.bucket_configs(b.name)
     doc = configs.get("policy")
     policy = _policy(doc, b.name) if doc else None
     ownership, _ = ownership_from_doc(configs.get("ownership"))

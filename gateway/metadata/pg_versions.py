@@ -26,7 +26,13 @@ from gateway.metadata.store import (
     UploadChangedError,
     VersionRecord,
 )
-from gateway.metadata.versionwalk import VersionWalk, as_version, check_versioning, marker_record
+from gateway.metadata.versionwalk import (
+    VersionWalk,
+    as_version,
+    check_versioning,
+    marker_record,
+    range_query,
+)
 
 VER_COLS = OBJ_COLS + ", seq, delete_marker, meta_part"
 _LIST_VER = ("bucket, key, size, etag, last_modified, owner, version, '{}', '{}', checksum, "
@@ -337,18 +343,7 @@ class PgVersions:
                                key_of=lambda r: r[1], seq_of=lambda r: r[15],
                                vid_of=lambda r: r[14], item_of=_ver)
             while (r := walk.next_range()) is not None:
-                if r.seq is not None:
-                    q = (f"SELECT {_LIST_VER} FROM versions WHERE bucket=$1 AND key=$2 AND "
-                         "seq < $3 ORDER BY seq DESC")
-                    args: list[Any] = [bucket, r.lower, r.seq]
-                else:
-                    q = (f"SELECT {_LIST_VER} FROM versions WHERE bucket=$1 AND "
-                         + ("key >= $2" if r.inclusive else "key > $2"))
-                    args = [bucket, r.lower]
-                    if r.end is not None:
-                        q += " AND key < $3"
-                        args.append(r.end)
-                    q += " ORDER BY key, seq DESC"
-                walk.feed(await c.fetch(q + f" LIMIT {walk.batch}", *args))
+                q, args = range_query(_LIST_VER, bucket, r, lambda i: f"${i}", walk.batch)
+                walk.feed(await c.fetch(q, *args))
             return walk.page()
         return await self._read(run)

@@ -22,7 +22,13 @@ from gateway.metadata.store import (
     UploadChangedError,
     VersionRecord,
 )
-from gateway.metadata.versionwalk import VersionWalk, as_version, check_versioning, marker_record
+from gateway.metadata.versionwalk import (
+    VersionWalk,
+    as_version,
+    check_versioning,
+    marker_record,
+    range_query,
+)
 
 _k = key_bytes
 
@@ -244,19 +250,8 @@ class SqliteVersions:
                            item_of=lambda r, latest: as_version(self._obj(r), latest,
                                                                 bool(r[16])))
         while (r := walk.next_range()) is not None:
-            if r.seq is not None:
-                q = (f"SELECT {_LIST_VER} FROM versions WHERE bucket=? AND key=? AND seq<? "
-                     "ORDER BY seq DESC")
-                args: list[Any] = [bucket, r.lower, r.seq]
-            else:
-                q = (f"SELECT {_LIST_VER} FROM versions WHERE bucket=? AND "
-                     + ("key >= ?" if r.inclusive else "key > ?"))
-                args = [bucket, r.lower]
-                if r.end is not None:
-                    q += " AND key < ?"
-                    args.append(r.end)
-                q += " ORDER BY key, seq DESC"
-            walk.feed(c.execute(q + f" LIMIT {walk.batch}", args).fetchall())
+            q, args = range_query(_LIST_VER, bucket, r, lambda _i: "?", walk.batch)
+            walk.feed(c.execute(q, args).fetchall())
         return walk.page()
 
     # -- the async contract ---------------------------------------------------------------

@@ -104,6 +104,22 @@ class VersionWalk:
                         last[1] if last else None)
 
 
+def range_query(cols: str, bucket: str, r: VRange, param: Callable[[int], str],
+                limit: int) -> tuple[str, list[Any]]:
+    """The SQL (placeholders from `param(i)`, i from 1) and arguments that read range `r` of
+    a version walk, for both backends."""
+    if r.seq is not None:
+        return (f"SELECT {cols} FROM versions WHERE bucket={param(1)} AND key={param(2)} AND "
+                f"seq < {param(3)} ORDER BY seq DESC LIMIT {limit}", [bucket, r.lower, r.seq])
+    q = (f"SELECT {cols} FROM versions WHERE bucket={param(1)} AND "
+         f"key {'>=' if r.inclusive else '>'} {param(2)}")
+    args: list[Any] = [bucket, r.lower]
+    if r.end is not None:
+        q += f" AND key < {param(3)}"
+        args.append(r.end)
+    return q + f" ORDER BY key, seq DESC LIMIT {limit}", args
+
+
 def as_version(o: ObjectRecord, is_latest: bool, delete_marker: bool) -> VersionRecord:
     """The VersionRecord of one stored version."""
     return VersionRecord(**{f.name: getattr(o, f.name) for f in fields(ObjectRecord)},

@@ -74,6 +74,12 @@ class DrivePool:
             self._rooms_at = now
         return self._rooms
 
+    def _room_moved(self, i: int, delta: int) -> None:
+        """Keep the cached room of drive i current between refreshes (a burst of puts within
+        ROOM_REFRESH would otherwise all see the room from before it)."""
+        if i < len(self._rooms):
+            self._rooms[i] += delta
+
     def pick(self, stream: str, length: int | None = None) -> int:
         need = max(self.headroom if length is None else length, 1)
         rooms = self.rooms()
@@ -149,14 +155,19 @@ class DrivePool:
                                               length=length)
         finally:
             self._inflight[i] -= 1
+        self._room_moved(i, -info.length)
         for j in self.working():
             if j != i and self.logs[j].has(record_id):
                 await self._delete_on(j, record_id)
         return info
 
     async def _delete_on(self, i: int, record_id: str) -> bool:
+        found = self.logs[i].find(record_id)
         try:
-            return await self.logs[i].delete(record_id)
+            gone = await self.logs[i].delete(record_id)
+            if gone and found is not None:
+                self._room_moved(i, found[0].length)
+            return gone
         except OSError as e:
             if not is_drive_failure(e):
                 raise

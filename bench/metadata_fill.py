@@ -35,9 +35,10 @@ def _sqlite_batch(store: Any, batch: list[ObjectRecord]) -> None:
     from gateway.metadata.sqlite_versions import OBJ_COLS, VER_COLS, _values
     objs = [_values(r, "null") for r in batch]
     with store._tx() as c:
-        c.executemany(f"INSERT INTO objects ({OBJ_COLS}) VALUES ({','.join('?' * 15)})", objs)
-        c.executemany(f"INSERT INTO versions ({VER_COLS}) VALUES ({','.join('?' * 17)})",
-                      [(*v, 1, 0) for v in objs])
+        marks = ",".join("?" * len(objs[0]))
+        c.executemany(f"INSERT INTO objects ({OBJ_COLS}) VALUES ({marks})", objs)
+        c.executemany(f"INSERT INTO versions ({VER_COLS}) VALUES ({marks},?,?,?)",
+                      [(*v, 1, 0, None) for v in objs])  # seq, delete_marker, meta_part
 
 
 async def bulk_fill(store: Any, bucket: str, owner: str, n: int,
@@ -68,5 +69,5 @@ async def _pg_batch(store: Any, batch: list[ObjectRecord]) -> None:
     async with store._p().acquire() as c, c.transaction():
         await c.copy_records_to_table("objects", records=objs,
                                       columns=[s.strip() for s in OBJ_COLS.split(",")])
-        await c.copy_records_to_table("versions", records=[(*v, 1, False) for v in objs],
+        await c.copy_records_to_table("versions", records=[(*v, 1, False, None) for v in objs],
                                       columns=[s.strip() for s in VER_COLS.split(",")])

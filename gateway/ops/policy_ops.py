@@ -11,7 +11,14 @@ from gateway.access import controls as ctl
 from gateway.access.policy import MAX_POLICY_BYTES, parse_policy
 from gateway.errors import S3Error
 from gateway.ops.bucketconfig import save_bucket_config
-from gateway.ops.common import S3_NS, S3Request, read_small_body, require_bucket, xml_response
+from gateway.ops.common import (
+    S3_NS,
+    S3Request,
+    bucket_config,
+    read_small_body,
+    require_bucket,
+    xml_response,
+)
 
 
 async def save_config(req: S3Request, kind: str, doc: str | None) -> None:
@@ -24,7 +31,7 @@ async def save_config(req: S3Request, kind: str, doc: str | None) -> None:
 
 async def get_policy(req: S3Request) -> Response:
     await require_bucket(req)
-    doc = await req.gw.store.get_bucket_config(req.bucket, "policy")
+    doc = await bucket_config(req, req.bucket, "policy")
     if doc is None:
         raise S3Error("NoSuchBucketPolicy", BucketName=req.bucket)
     return Response(doc.encode("utf-8"), media_type="application/json")
@@ -63,7 +70,7 @@ async def get_policy_status(req: S3Request) -> Response:
 async def get_ownership(req: S3Request) -> Response:
     await require_bucket(req)
     value, exists = ctl.ownership_from_doc(
-        await req.gw.store.get_bucket_config(req.bucket, "ownership"))
+        await bucket_config(req, req.bucket, "ownership"))
     if not exists:
         raise S3Error("OwnershipControlsNotFoundError", BucketName=req.bucket)
     return xml_response(ctl.ownership_xml(value))
@@ -90,7 +97,7 @@ async def delete_ownership(req: S3Request) -> Response:
 async def get_pab(req: S3Request) -> Response:
     await require_bucket(req)
     pab, exists = ctl.pab_from_doc(
-        await req.gw.store.get_bucket_config(req.bucket, "public-access-block"))
+        await bucket_config(req, req.bucket, "public-access-block"))
     if not exists:
         raise S3Error("NoSuchPublicAccessBlockConfiguration", BucketName=req.bucket)
     return xml_response(ctl.pab_xml(pab))

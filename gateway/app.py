@@ -25,6 +25,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway import auth
+from gateway.access.proxies import TrustedProxies, from_request
 from gateway.errors import S3Error, error_xml
 from gateway.lifecycle.worker import LifecycleWorker
 from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
@@ -92,6 +93,8 @@ class Gateway:
         self.region = str(gw.get("region") or "us-east-1")
         self.domains = [str(d).lower() for d in (gw.get("domains") or ["localhost"])]
         self.users = {u.access_key: u for u in getattr(config, "users", ())}
+        # whose X-Forwarded-For / -Proto count, for aws:SourceIp and log lines
+        self.proxies = TrustedProxies.from_gateway(gw)
         self.upload_ttl = float(gw.get("abandoned_upload_seconds", ABANDONED_UPLOAD_AGE))
         free_delay = float(gw.get("free_delay_seconds", FREE_DELAY))
         self.store = store or store_from_config(gw, free_delay=free_delay)
@@ -428,7 +431,8 @@ def create_app(config_path_or_config: Any) -> Starlette:
         except ClientDisconnect:
             return error_response(S3Error("IncompleteBody"), rid, request.method, resource)
         except Exception:
-            log.exception("internal error on %s %s", request.method, resource)
+            log.exception("internal error on %s %s from %s", request.method, resource,
+                          from_request(gw.proxies, request)[0])
             return error_response(S3Error("InternalError"), rid, request.method, resource)
         resp.headers.update(_base_headers(rid))
         return resp

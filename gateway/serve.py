@@ -12,8 +12,10 @@ Workers die with their master: each asks the kernel for SIGTERM when the master 
 SIGKILL (PR_SET_PDEATHSIG), and then stops as on any SIGTERM, so no orphaned worker keeps the
 port and a restarted master can bind it. The per-connection limits and timeouts of
 gateway/httplimits.py come from `[gateway]` and travel to the workers on uvicorn's Config.
-Prometheus multiprocess directories are named after the master's pid; those of dead masters
-(whose workers are dead too) are removed at start, so crashes do not leak them.
+uvicorn's proxy-header rewriting is off: the client address behind a proxy comes from
+`[gateway] trusted_proxies` (gateway/access/proxies.py). Prometheus multiprocess directories
+are named after the master's pid; those of dead masters (whose workers are dead too) are
+removed at start, so crashes do not leak them.
 """
 
 from __future__ import annotations
@@ -183,6 +185,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.httplimits import HttpLimits
     cfg = ClusterConfig.load(config_path)
     limits = HttpLimits.from_gateway(cfg.gateway)
+    from gateway.access.proxies import TrustedProxies
+    TrustedProxies.from_gateway(cfg.gateway)  # a bad network: one line naming the setting
     from gateway.metrics import prepare_multiprocess
     prepare_multiprocess(_metrics_dir())  # before the workers start: /metrics merges them
     from gateway.app import Gateway  # noqa: F401 - import errors surface before forking
@@ -204,4 +208,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                        lifespan="on", access_log=False, log_level=args.log_level,
                        log_config=log_config,
                        ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,
-                       timeout_keep_alive=75, server_header=False, date_header=True)
+                       timeout_keep_alive=75, server_header=False, date_header=True,
+                       # uvicorn would believe X-Forwarded-* from any loopback peer (or
+                       # $FORWARDED_ALLOW_IPS) and rewrite the scope for everything; the
+                       # gateway's `trusted_proxies` decide, for aws:SourceIp and logs only
+                       proxy_headers=False)

@@ -12,6 +12,7 @@ in its own virtual environment under .venv/compose, made on first use.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shlex
 import shutil
@@ -241,6 +242,18 @@ def test_haproxy_fronts_every_gateway_by_its_service_name(compose):
                  else tuple(str(p).split(":")[-2:]) for p in hap["ports"]}
     assert ("9000", "9000") in published
     assert {t for _, t in published} == set(binds)
+
+    # The gateways believe X-Forwarded-For and -Proto from haproxy's fixed address only
+    # (aws:SourceIp, aws:SecureTransport), and haproxy appends the one and sets the other.
+    addr = ipaddress.ip_address(hap["networks"]["default"]["ipv4_address"])
+    subnet = compose["networks"]["default"]["ipam"]["config"][0]["subnet"]
+    assert addr in ipaddress.ip_network(subnet)
+    trusted = [ipaddress.ip_network(n) for n in cfg.gateway["trusted_proxies"]]
+    assert any(addr in n for n in trusted) and all(n.num_addresses == 1 for n in trusted)
+    words = [ln.split("#", 1)[0].split() for ln in text.splitlines()]
+    assert ["option", "forwardfor"] in words  # appended, not `if-none`
+    assert ["http-request", "set-header", "X-Forwarded-Proto", "http", "if", "!{", "ssl_fc",
+            "}"] in words
 
 
 def test_prometheus_targets_are_exactly_the_zonegate_services(compose):

@@ -171,9 +171,11 @@ defaults
     timeout http-keep-alive 10s
     retries 3
     option redispatch
+    option forwardfor
 
 frontend s3
     bind {lb}:{lb_port}
+    http-request set-header X-Forwarded-Proto http
     default_backend gateways
 
 backend gateways
@@ -213,6 +215,7 @@ def test_boto3_through_haproxy_while_gateways_are_killed(tmp_path, hosts):
         gws = [GatewayProc(tmp_path, i, host=hosts.addr(f"gw{i}"), port=GW_PORT,
                            netns=hosts.ns(f"gw{i}")) for i in range(2)]
         mg = MultiGateway(tmp_path, pg.url(), password_file=str(pg.password_file),
+                          gateway_options={"trusted_proxies": [f"{hosts.addr('lb')}/32"]},
                           node_cluster=HostNodes(tmp_path / "nodes", hosts), gateway_procs=gws,
                           probe=lambda fn: hosts.call("client", fn))
         mg.start()

@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route, Router
 
+from gateway.access.proxies import from_request
 from gateway.console import browser
 from gateway.console.data import ConsoleData
 from gateway.console.session import (
@@ -75,8 +76,13 @@ async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
     await _error(404, "NotFound", "no such console page")(scope, receive, send)
 
 
-def _secure(request: Request) -> bool:
-    return request.url.scheme == "https"
+def _client(request: Request, gw: Any) -> tuple[str, str]:
+    """(address, scheme) of the client, behind the gateway's trusted proxies too."""
+    return from_request(gw.proxies, request)
+
+
+def _secure(request: Request, gw: Any) -> bool:
+    return _client(request, gw)[1] == "https"
 
 
 class Console:
@@ -141,14 +147,15 @@ class Console:
                                                       secret_key.encode())
         if not ok:
             # The access key is an identifier, not a secret; the secret is never logged.
-            log.warning("console login refused for access key %r", access_key[:64])
+            log.warning("console login refused for access key %r from %s", access_key[:64],
+                        _client(request, self.gw)[0])
             await asyncio.sleep(FAILED_LOGIN_DELAY)
             if wants_json:
                 return _error(401, "InvalidCredentials", "access key or secret key is wrong")
             return RedirectResponse("/console/?login=failed", 303, headers=SECURITY_HEADERS)
         value, s = self.signer.issue(access_key, user.secret_key)
-        cookie = cookie_header(value, secure=_secure(request), max_age=int(self.signer.lifetime))
-        log.info("console login of user %s", user.name)
+        cookie = cookie_header(value, secure=_secure(request, self.gw), max_age=int(self.signer.lifetime))
+        log.info("console login of user %s from %s", user.name, _client(request, self.gw)[0])
         if wants_json:
             return _json({"user": user.name, "access_key": access_key, "csrf": s.csrf,
                           "expires": s.expires}, headers={"Set-Cookie": cookie})
@@ -165,7 +172,7 @@ class Console:
         if not hmac.compare_digest(token.encode(), s.csrf.encode()):
             return _error(403, "BadCsrfToken", "missing or wrong X-CSRF-Token")
         return _json({"ok": True}, headers={
-            "Set-Cookie": cookie_header("", secure=_secure(request), max_age=0)})
+            "Set-Cookie": cookie_header("", secure=_secure(request, self.gw), max_age=0)})
 
     async def session(self, request: Request) -> Response:
         s = self.current(request)
@@ -225,7 +232,7 @@ class Console:
         bucket, key = q.get("bucket", ""), q.get("key", "")
         await browser.object_details(self.gw, user.name, bucket, key)  # exists and is theirs
         host = request.headers.get("host") or "localhost"
-        url = browser.presign_get(scheme=request.url.scheme, host=host, bucket=bucket, key=key,
+        url = browser.presign_get(scheme=_client(request, self.gw)[1], host=host, bucket=bucket, key=key,
                                   access_key=s.access_key, secret_key=user.secret_key,
                                   region=self.gw.region)
         return _json({"url": url, "expires_in": browser.PRESIGN_SECONDS})

@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl
 
-from gateway.access import acl
+from gateway.access import acl, proxies
 from gateway.access.actions import is_object_action
 from gateway.access.controls import ownership_from_doc, pab_from_doc
 from gateway.access.evaluate import BucketAccess, Decision, ObjectAccess, decide
@@ -121,10 +121,10 @@ def context(req: S3Request, action: str) -> dict[str, list[str]]:
     h = req.headers
     request = req.request
     now = time.time()
-    client = request.client.host if request.client else ""
+    client, scheme = proxies.from_request(req.gw.proxies, request)
     ctx: dict[str, list[str]] = {
         "aws:sourceip": [client] if client else [],
-        "aws:securetransport": ["true" if request.url.scheme == "https" else "false"],
+        "aws:securetransport": ["true" if scheme == "https" else "false"],
         "aws:currenttime": [datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")],
         "aws:epochtime": [str(int(now))],
         "aws:principaltype": ["User" if req.user else "Anonymous"],

@@ -23,6 +23,7 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from botocore.auth import S3SigV4Auth
@@ -32,7 +33,15 @@ from botocore.credentials import Credentials
 from erasure.config import write_config
 from gateway.access.proxies import TrustedProxies
 from gateway.tls import ensure_dev_ca
-from tests.gwcluster import OTHER_ACCESS, OTHER_SECRET, Gateway, free_port
+from tests.gwcluster import (
+    ACCESS_KEY,
+    OTHER_ACCESS,
+    OTHER_SECRET,
+    SECRET_KEY,
+    Gateway,
+    free_port,
+    wait_for,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 PROXY_SOURCE = "127.0.0.2"  # HAProxy's side of its connections to the gateway
@@ -125,6 +134,29 @@ class Setup:
     def __init__(self, gw: Gateway, http_port: int, https_port: int, ca: Path) -> None:
         self.gw, self.http_port, self.https_port, self.ca = gw, http_port, https_port, ca
 
+    def send(self, port: int, method: str, path: str, *, tls: bool = False,
+             source: str = "127.0.0.1", headers: dict[str, str] | None = None,
+             body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+        """One request to 127.0.0.1:port from `source`: (status, headers, body)."""
+        conn: http.client.HTTPConnection
+        if tls:
+            ctx = ssl.create_default_context(cafile=str(self.ca))
+            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx,
+                                               source_address=(source, 0))
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30,
+                                              source_address=(source, 0))
+        try:
+            conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+            for k, v in {"Host": f"127.0.0.1:{port}", **(headers or {}),
+                         "Content-Length": str(len(body))}.items():
+                conn.putheader(k, v)
+            conn.endheaders(body)
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
     def get(self, port: int, *, tls: bool = False, source: str = "127.0.0.1",
             headers: dict[str, str] | None = None) -> int:
         """Bob's signed GetObject to 127.0.0.1:port from `source`; extra headers are added
@@ -135,28 +167,23 @@ class Setup:
         areq.headers["Host"] = host
         areq.headers["x-amz-content-sha256"] = hashlib.sha256(b"").hexdigest()
         S3SigV4Auth(Credentials(OTHER_ACCESS, OTHER_SECRET), "s3", "us-east-1").add_auth(areq)
-        conn: http.client.HTTPConnection
-        if tls:
-            ctx = ssl.create_default_context(cafile=str(self.ca))
-            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx,
-                                               source_address=(source, 0))
+        status, _, body = self.send(port, "GET", path, tls=tls, source=source,
+                                    headers={**dict(areq.headers.items()), **(headers or {})})
+        if status == 200:
+            assert body == BODY
         else:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30,
-                                              source_address=(source, 0))
-        try:
-            conn.putrequest("GET", path, skip_host=True, skip_accept_encoding=True)
-            for k, v in [*areq.headers.items(), *(headers or {}).items()]:
-                conn.putheader(k, v)
-            conn.endheaders()
-            resp = conn.getresponse()
-            body = resp.read()
-            if resp.status == 200:
-                assert body == BODY
-            else:
-                assert b"<Code>AccessDenied</Code>" in body, body
-            return resp.status
-        finally:
-            conn.close()
+            assert b"<Code>AccessDenied</Code>" in body, body
+        return status
+
+    def console_login(self, port: int, secret: str, *, tls: bool = False,
+                      source: str = "127.0.0.1") -> tuple[int, dict[str, str]]:
+        origin = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+        body = urlencode({"access_key": ACCESS_KEY, "secret_key": secret}).encode()
+        status, headers, _ = self.send(
+            port, "POST", "/console/api/login", tls=tls, source=source, body=body,
+            headers={"Origin": origin, "Accept": "application/json",
+                     "Content-Type": "application/x-www-form-urlencoded"})
+        return status, headers
 
     def via_proxy(self, **kw) -> int:
         return self.get(self.http_port, **kw)
@@ -275,6 +302,21 @@ def test_secure_transport_behind_a_tls_terminating_proxy(setup):
     setup.allow_bob_if({"Bool": {"aws:SecureTransport": "false"}})
     assert setup.via_proxy() == 200
     assert setup.via_tls_proxy() == 403
+
+
+def test_console_logins_log_the_client_address_and_secure_cookies(setup):
+    log = setup.gw.log_path
+    status, _ = setup.console_login(setup.http_port, "wrong", source="127.0.0.3")
+    assert status == 401
+    assert wait_for(lambda: f"access key '{ACCESS_KEY}' from 127.0.0.3" in log.read_text())
+    status, headers = setup.console_login(setup.https_port, SECRET_KEY, tls=True,
+                                          source="127.0.0.3")
+    assert status == 200
+    assert "secure" in headers["set-cookie"].lower()  # the client spoke TLS to the proxy
+    assert wait_for(lambda: "console login of user alice from 127.0.0.3" in log.read_text())
+    status, headers = setup.console_login(setup.http_port, SECRET_KEY)
+    assert status == 200 and "secure" not in headers["set-cookie"].lower()
+    assert f"from {PROXY_SOURCE}" not in log.read_text()
 
 
 def test_without_trusted_proxies_the_peer_address_counts(setup):

@@ -154,7 +154,8 @@ class Console:
                 return _error(401, "InvalidCredentials", "access key or secret key is wrong")
             return RedirectResponse("/console/?login=failed", 303, headers=SECURITY_HEADERS)
         value, s = self.signer.issue(access_key, user.secret_key)
-        cookie = cookie_header(value, secure=_secure(request, self.gw), max_age=int(self.signer.lifetime))
+        cookie = cookie_header(value, secure=_secure(request, self.gw),
+                               max_age=int(self.signer.lifetime))
         log.info("console login of user %s from %s", user.name, _client(request, self.gw)[0])
         if wants_json:
             return _json({"user": user.name, "access_key": access_key, "csrf": s.csrf,
@@ -232,9 +233,9 @@ class Console:
         bucket, key = q.get("bucket", ""), q.get("key", "")
         await browser.object_details(self.gw, user.name, bucket, key)  # exists and is theirs
         host = request.headers.get("host") or "localhost"
-        url = browser.presign_get(scheme=_client(request, self.gw)[1], host=host, bucket=bucket, key=key,
-                                  access_key=s.access_key, secret_key=user.secret_key,
-                                  region=self.gw.region)
+        url = browser.presign_get(scheme=_client(request, self.gw)[1], host=host, bucket=bucket,
+                                  key=key, access_key=s.access_key,
+                                  secret_key=user.secret_key, region=self.gw.region)
         return _json({"url": url, "expires_in": browser.PRESIGN_SECONDS})
 
 

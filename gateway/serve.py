@@ -73,8 +73,8 @@ def tune_gc() -> None:
     """Once the worker has started: everything alive now (modules, the app, the store's pools)
     lives as long as the process, so it leaves the collector's generations (gc.freeze), and a
     young-generation collection waits for GC_THRESHOLD[0] new container objects, not 700.
-    Measured on a ListObjects page of 1000 (bench/README.md, Metadata): ~10 collections per
-    page, some of them full ones over the whole heap (10-50 ms, the tail of the page times).
+    Measured on a ListObjects page of 1000 (bench/README.md, Metadata): 8 collections a page,
+    every ~20 pages a full one over the whole heap (tens of ms: the tail of the page times).
     Reference counting still frees almost everything at once; the collector only finds
     cycles, a little later."""
     gc.collect()

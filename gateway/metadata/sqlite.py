@@ -503,7 +503,7 @@ class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, MetadataStore):
         # A range page runs inline, like the point reads: 1000 rows from the page cache are
         # ~2 ms of CPU, most of it making Python values under the GIL (the loop could barely
         # run meanwhile anyway), and the two thread hand-offs cost two waits for a CPU each on
-        # a loaded machine: 16 -> 5 schedulings a page, p50 -40% (bench/README.md, Metadata).
+        # a loaded machine (bench/README.md, Metadata: 12 -> 5 schedulings a page).
         return self._list_objects(bucket, prefix, delimiter, after, limit)
 
     async def create_upload(self, rec: UploadRecord) -> None:

@@ -54,23 +54,19 @@ def _x(text: str) -> str:
 
 
 def contents_xml(items: Iterable[Any], enc: Encoder, owner: bool) -> str:
-    """The <Contents> elements of a page (the same bytes as el() per field would give: a page
-    of 1000 was 1000 x 6 calls of el + escape, 1.6 ms of a loaded core; one f-string per
-    object with the owner element made once per owner is a third of that)."""
+    """The <Contents> elements of a page, the same bytes as el() per field gave: one f-string
+    per object, escaping only text that needs it, the owner element once per owner (half the
+    1.7 ms that 6 el() calls per object took for a page of 1000)."""
     owners: dict[str, str] = {}
     out: list[str] = []
     ap = out.append
     for o in items:
-        ck = o.checksum
-        if ck:
-            alg = ck.get("algorithm")
-            ck = ""
-            if alg:
-                ck = f"<ChecksumAlgorithm>{_x(alg)}</ChecksumAlgorithm>"
-                if o.checksum.get("type"):
-                    ck += f"<ChecksumType>{_x(o.checksum['type'])}</ChecksumType>"
-        else:
-            ck = ""
+        ck = ""
+        sums = o.checksum
+        if sums and sums.get("algorithm"):
+            ck = f"<ChecksumAlgorithm>{_x(sums['algorithm'])}</ChecksumAlgorithm>"
+            if sums.get("type"):
+                ck += f"<ChecksumType>{_x(sums['type'])}</ChecksumType>"
         own = ""
         if owner:
             own = owners.get(o.owner)

@@ -501,9 +501,10 @@ class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, MetadataStore):
         if delimiter:  # a skip-scan page can take 1000 index seeks: off the loop
             return await self._r(self._list_objects, bucket, prefix, delimiter, after, limit)
         # A range page runs inline, like the point reads: 1000 rows from the page cache are
-        # ~2 ms of CPU, most of it making Python values under the GIL (the loop could barely
-        # run meanwhile anyway), and the two thread hand-offs cost two waits for a CPU each on
-        # a loaded machine (bench/README.md, Metadata: 12 -> 5 schedulings a page).
+        # ~2 ms of CPU, mostly making Python values under the GIL (on the pool the loop got
+        # about half of the GIL meanwhile), and the two thread hand-offs cost two waits for a
+        # CPU each on a loaded machine (bench/README.md, Metadata: 12 -> 5 schedulings a
+        # page). The price: other requests of this worker wait those ~2 ms.
         return self._list_objects(bucket, prefix, delimiter, after, limit)
 
     async def create_upload(self, rec: UploadRecord) -> None:

@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import random
 import re
 import shutil
@@ -116,16 +117,19 @@ async def store_pages(store: Any, max_pages: int, prefix: str = "",
                       delimiter: str = "") -> dict[str, Any]:
     """The store's own list_objects pages of 1000 (what one ListObjectsV2 page asks it)."""
     lat: list[float] = []
+    cpu: list[float] = []
     after = ""
     while len(lat) < max_pages:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         page = await store.list_objects(BUCKET_LIST, prefix, delimiter, after, 1000)
         lat.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
         if not page.truncated:
             break
         after = page.next_marker or ""
     return {"pages": len(lat), "p50_ms": round(pct(lat, 50) * 1000, 1),
-            "p99_ms": round(pct(lat, 99) * 1000, 1)}
+            "p99_ms": round(pct(lat, 99) * 1000, 1),
+            "cpu_p50_ms": round(pct(cpu, 50) * 1000, 2)}
 
 
 # ------------------------------------------------------------------------ over HTTP
@@ -142,10 +146,56 @@ def s3_client(endpoint: str) -> Any:
                                       retries={"max_attempts": 3, "mode": "standard"}))
 
 
-def raw_pages(gw: Any, mode: dict[str, str], max_pages: int) -> list[float]:
+def tree_pids(roots: list[int]) -> list[int]:
+    """These processes and all their live descendants."""
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(entry))
+    out, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += kids.get(pid, [])
+    return out
+
+
+def sched_ns(pids: list[int]) -> tuple[int, int, int]:
+    """(ns on a CPU, ns runnable but waiting for one, times scheduled in) summed over every
+    thread of pids (/proc/<pid>/task/<tid>/schedstat): a page's server CPU, how long the
+    scheduler kept the server's threads from running while they had work (other processes'
+    load), and how many wake-ups / hand-offs it took (each one a wait on a loaded machine)."""
+    run = wait = n = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    a, b, c = f.read().split()
+            except (OSError, ValueError):
+                continue
+            run += int(a)
+            wait += int(b)
+            n += int(c)
+    return run, wait, n
+
+
+def raw_pages(gw: Any, mode: dict[str, str], max_pages: int,
+              server_pids: list[int] | None = None) -> dict[str, list[float]]:
     """ListObjectsV2 pages as raw HTTP requests on one kept-alive connection, SigV4-signed by
     botocore's signer before the clock starts: the gateway's answer time (request, listing,
-    XML, transfer) without boto3's XML parsing, which costs more than the gateway here."""
+    XML, transfer) without boto3's XML parsing, which costs more than the gateway here.
+    Per page: latency, this client thread's CPU, and (server_pids: the gateway's process tree,
+    plus PostgreSQL's) the servers' CPU and run-queue wait, from schedstat read outside the
+    timed window."""
     import http.client
     from urllib.parse import urlencode
 
@@ -157,10 +207,12 @@ def raw_pages(gw: Any, mode: dict[str, str], max_pages: int) -> list[float]:
     signer = S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1")
     host = f"127.0.0.1:{gw.port}"
     conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
-    lat: list[float] = []
+    out: dict[str, list[float]] = {"lat": [], "client_cpu": [], "server_cpu": [],
+                                   "server_wait": [], "server_slices": []}
+    pids = server_pids or []
     token = ""
     try:
-        while len(lat) < max_pages:
+        while len(out["lat"]) < max_pages:
             q = {"list-type": "2", "max-keys": "1000", "prefix": mode.get("prefix", "")}
             if mode.get("delimiter"):
                 q["delimiter"] = mode["delimiter"]
@@ -171,11 +223,20 @@ def raw_pages(gw: Any, mode: dict[str, str], max_pages: int) -> list[float]:
                               headers={"Host": host,
                                        "x-amz-content-sha256": hashlib.sha256(b"").hexdigest()})
             signer.add_auth(areq)
-            t = time.perf_counter()
-            conn.request("GET", path, headers=dict(areq.headers.items()))
+            headers = dict(areq.headers.items())
+            run0, wait0, n0 = sched_ns(pids)
+            t, c = time.perf_counter(), time.thread_time()
+            conn.request("GET", path, headers=headers)
             resp = conn.getresponse()
             body = resp.read()
-            lat.append(time.perf_counter() - t)
+            lat = time.perf_counter() - t
+            cpu = time.thread_time() - c
+            run1, wait1, n1 = sched_ns(pids)
+            out["lat"].append(lat)
+            out["client_cpu"].append(cpu)
+            out["server_cpu"].append((run1 - run0) / 1e9)
+            out["server_wait"].append((wait1 - wait0) / 1e9)
+            out["server_slices"].append((n1 - n0) / 1000)  # pct() reports x 1000
             assert resp.status == 200, body[:300]
             m = re.search(rb"<NextContinuationToken>([^<]+)</NextContinuationToken>", body)
             if m is None:
@@ -183,11 +244,29 @@ def raw_pages(gw: Any, mode: dict[str, str], max_pages: int) -> list[float]:
             token = m.group(1).decode()
     finally:
         conn.close()
-    return lat
+    return out
+
+
+def raw_summary(raw: dict[str, list[float]]) -> dict[str, Any]:
+    """Percentiles (ms) of a raw_pages run (`server_slices`: times the servers' threads were
+    scheduled in, a count; `server_wait` sums over threads, so it can exceed the latency
+    when two wait at once)."""
+    out: dict[str, Any] = {"pages": len(raw["lat"])}
+    for name, vals in (("lat", raw["lat"]), ("server_cpu", raw["server_cpu"]),
+                       ("server_wait", raw["server_wait"]),
+                       ("server_slices", raw["server_slices"]),
+                       ("client_cpu", raw["client_cpu"])):
+        for p in (50, 90, 99):
+            out[f"{name}_p{p}_ms"] = round(pct(vals, p) * 1000, 2)
+        out[f"{name}_max_ms"] = round(max(vals, default=float("nan")) * 1000, 2)
+    # the slice counts are counts, not ms
+    out = {(k[:-3] if k.startswith("server_slices") else k): v for k, v in out.items()}
+    return out
 
 
 def list_pages(endpoint: str, max_pages: int, gw: Any = None,
-               boto3_pages: int = 20) -> dict[str, Any]:
+               boto3_pages: int = 20, raw_flat_pages: int | None = None,
+               server_pids: list[int] | None = None) -> dict[str, Any]:
     cl = s3_client(endpoint)
     out: dict[str, Any] = {}
     for name, mode in LIST_MODES.items():
@@ -212,9 +291,77 @@ def list_pages(endpoint: str, max_pages: int, gw: Any = None,
         out[name] = {"pages": len(lat), "entries": items, "p50_ms": round(pct(lat, 50) * 1000, 1),
                      "p99_ms": round(pct(lat, 99) * 1000, 1)}
         if gw is not None:
-            raw = raw_pages(gw, mode, max_pages)
-            out[name]["raw_http_p50_ms"] = round(pct(raw, 50) * 1000, 1)
-            out[name]["raw_http_p99_ms"] = round(pct(raw, 99) * 1000, 1)
+            n = raw_flat_pages if name == "flat" and raw_flat_pages else max_pages
+            raw = raw_pages(gw, mode, n, server_pids)
+            out[name]["raw_http_p50_ms"] = round(pct(raw["lat"], 50) * 1000, 1)
+            out[name]["raw_http_p99_ms"] = round(pct(raw["lat"], 99) * 1000, 1)
+            if name == "flat":
+                out[name]["raw_http"] = raw_summary(raw)
+    return out
+
+
+class TreeGateways:
+    """Gateways on one store from several source trees (each its own venv's python, run in
+    its own directory so `-m gateway.cli` imports that tree): this tree's and a baseline's,
+    listed in turns in the same minutes."""
+
+    def __init__(self, root: Path, target: str, trees: dict[str, Path],
+                 password_file: str | None) -> None:
+        from tests.multigwcluster import MultiGateway
+        self.names = list(trees)
+        self.trees = trees
+        self.mg = MultiGateway(root, target, gateways=len(trees), password_file=password_file)
+        self.mg.start_gateway = self._start  # type: ignore[method-assign]
+
+    def _start(self, i: int, timeout: float = 60.0) -> None:
+        from tests.multigwcluster import ready
+        from tests.nodeproc import MALLOC_ENV
+        gw, tree = self.mg.gws[i], self.trees[self.names[i]]
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env.update(MALLOC_ENV, PYTHONUNBUFFERED="1")
+        with open(gw.log_path, "ab") as logf:
+            gw.proc = subprocess.Popen(
+                [str(tree / ".venv" / "bin" / "python"), "-m", "gateway.cli", "serve",
+                 "--config", str(gw.config_path), "--workers", "1", "--log-level", "info"],
+                cwd=tree, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                env=env, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if gw.proc.poll() is not None:
+                raise RuntimeError(f"gateway {i} exited {gw.proc.returncode}:\n{gw.log_tail()}")
+            if ready(gw.endpoint):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"gateway {i} not ready after {timeout:g} s")
+
+    def __enter__(self) -> TreeGateways:
+        self.mg.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.mg.stop()
+
+
+def compare_trees(name: str, target: str, root: Path, args: argparse.Namespace,
+                  password_file: str | None, pg_pid: int | None) -> dict[str, Any]:
+    """Flat raw pages from this tree's gateway and the baseline tree's, on the same store,
+    taking turns for --rounds rounds (order alternating)."""
+    trees = {"this": Path(__file__).resolve().parent.parent,
+             "base": Path(args.base_tree).resolve()}
+    got: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
+    with TreeGateways(root / f"trees-{name}", target, trees, password_file) as tg:
+        gws = dict(zip(tg.names, tg.mg.gws, strict=True))
+        for r in range(args.rounds):
+            order = tg.names if r % 2 == 0 else tg.names[::-1]
+            for t in order:
+                pids = tree_pids([gws[t].proc.pid] + ([pg_pid] if pg_pid else []))
+                raw = raw_pages(gws[t], LIST_MODES["flat"], args.raw_pages or args.max_pages,
+                                pids)
+                for k, v in raw.items():
+                    got[t].setdefault(k, []).extend(v)
+                print(f"[{name}] round {r + 1} {t}: {raw_summary(raw)}", flush=True)
+    out = {t: raw_summary(v) for t, v in got.items()}
+    print(f"[{name}] this tree vs base, flat raw pages: {out}", flush=True)
     return out
 
 
@@ -299,11 +446,15 @@ def run_backend(name: str, target: str, root: Path, args: argparse.Namespace,
                                args.commits)))
     print(f"[{name}] commit rate: {res['commit']}", flush=True)
     print(f"[{name}] store listing: {res['store_listing']}", flush=True)
+    if args.base_tree:
+        res["trees"] = compare_trees(name, target, root, args, password_file, pg_pid)
     with MultiGateway(root / name, target, gateways=1, password_file=password_file) as mg:
         endpoint = mg.gws[0].endpoint
-        res["listing"] = list_pages(endpoint, args.max_pages, mg.gws[0], args.boto3_pages)
+        pids = tree_pids([mg.gws[0].proc.pid] + ([pg_pid] if pg_pid else []))
+        res["listing"] = list_pages(endpoint, args.max_pages, mg.gws[0], args.boto3_pages,
+                                    args.raw_pages, pids)
         print(f"[{name}] listing: {res['listing']}", flush=True)
-        if args.interleave:
+        if args.interleave or "small" in args.skip.split(","):
             return res  # small objects: small_interleaved, both backends up at once
         cpu_of = {"gateway": [mg.gws[0].proc.pid]}
         if pg_pid is not None:
@@ -381,10 +532,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-pages", type=int, default=200, help="pages timed per listing mode")
     ap.add_argument("--boto3-pages", type=int, default=20,
                     help="pages timed per listing mode through boto3 (slow to parse)")
+    ap.add_argument("--raw-pages", type=int, default=0,
+                    help="flat pages timed as raw HTTP requests (default: --max-pages)")
+    ap.add_argument("--base-tree", default=None, metavar="DIR",
+                    help="also run a gateway from this source tree (its own .venv) on the same "
+                         "store: flat raw pages from both, taking turns for --rounds rounds")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds of --base-tree")
     ap.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
                     help="small objects on both backends at once, taking turns for ROUNDS "
                          "rounds (instead of once each after its listing)")
-    ap.add_argument("--skip", default="", help="comma list of sqlite,postgres,haproxy")
+    ap.add_argument("--skip", default="", help="comma list of sqlite,postgres,haproxy,small (small: "
+                                           "no small-object phase)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     skip = {s for s in args.skip.split(",") if s}
@@ -414,7 +572,7 @@ def main(argv: list[str]) -> int:
         if pg is not None:
             pg.destroy()
         shutil.rmtree(root, ignore_errors=True)
-    if "sqlite" in results and "postgres" in results and not args.interleave:
+    if all("small" in results.get(b, {}) for b in ("sqlite", "postgres")):
         for phase in ("put", "get"):
             results[f"pg_vs_sqlite_{phase}"] = round(
                 results["postgres"]["small"][phase]["ops_per_s"] /

@@ -5,11 +5,10 @@ ranges are plain byte ranges. The schema is versioned: MIGRATIONS[i] upgrades ve
 applied in one transaction at open.
 
 The async contract over a blocking library: every write transaction runs on one writer thread
-per store (SQLite has one writer at a time anyway, and a commit waits for fsync), listings with
-a delimiter on the default thread pool. Point reads (a bucket, an object, an upload, the next
-due orphan) and listing pages without a delimiter run inline: a WAL reader never waits for a
-writer's lock, a B-tree lookup in the page cache takes a few microseconds and a range of 1000
-rows ~2 ms, less than handing it to a thread and back costs on a loaded machine.
+per store (SQLite has one writer at a time anyway, and a commit waits for fsync), listings on
+the default thread pool. Point reads (a bucket, an object, an upload, the next due orphan) run
+inline: a WAL reader never waits for a writer's lock, and a B-tree lookup in the page cache
+takes a few microseconds, less than handing it to a thread would.
 """
 
 from __future__ import annotations
@@ -498,14 +497,10 @@ class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, MetadataStore):
 
     async def list_objects(self, bucket: str, prefix: str, delimiter: str, after: str,
                            limit: int) -> ListPage:
-        if delimiter:  # a skip-scan page can take 1000 index seeks: off the loop
-            return await self._r(self._list_objects, bucket, prefix, delimiter, after, limit)
-        # A range page runs inline, like the point reads: 1000 rows from the page cache are
-        # ~2 ms of CPU, mostly making Python values under the GIL (on the pool the loop got
-        # about half of the GIL meanwhile), and the two thread hand-offs cost two waits for a
-        # CPU each on a loaded machine (bench/README.md, Metadata: 12 -> 5 schedulings a
-        # page). The price: other requests of this worker wait those ~2 ms.
-        return self._list_objects(bucket, prefix, delimiter, after, limit)
+        # On the pool even without a delimiter: a 1000-row page is ~2 ms from the page cache
+        # but can wait on the disk when cold, and the loop must not (inline it measured fewer
+        # schedulings a page on a loaded machine: bench/README.md, Metadata).
+        return await self._r(self._list_objects, bucket, prefix, delimiter, after, limit)
 
     async def create_upload(self, rec: UploadRecord) -> None:
         await self._w(self._create_upload, rec)

@@ -11,6 +11,7 @@ SQL backend over a connection pool in a network round trip or two.
 from __future__ import annotations
 
 import abc
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,6 +236,12 @@ class MetadataStore(QueueStore, abc.ABC):
     @abc.abstractmethod
     async def bucket_configs(self, bucket: str) -> dict[str, str]:
         """Every document the bucket has, by kind ({} if none or no bucket)."""
+
+    async def bucket_and_configs(self, name: str) -> tuple[BucketRecord | None, dict[str, str]]:
+        """get_bucket and bucket_configs together (what every request's access check reads):
+        both at once here, one statement where the backend can (PostgreSQL)."""
+        b, configs = await asyncio.gather(self.get_bucket(name), self.bucket_configs(name))
+        return b, configs
 
     # objects and versions
     @abc.abstractmethod

@@ -284,6 +284,8 @@ class PgVersions:
             if upload_id is not None:
                 await c.execute("DELETE FROM parts WHERE upload_id=$1", upload_id)
                 await c.execute("DELETE FROM uploads WHERE upload_id=$1", upload_id)
+            if freed:
+                self.freeing_puts += 1
             return None
         return await self._tx(tx)
 

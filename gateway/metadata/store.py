@@ -195,6 +195,11 @@ class MetadataStore(QueueStore, abc.ABC):
     Every data method is a coroutine: a shared database answers over the network. `start`
     connects (and creates or upgrades the schema) before first use; `close` lets go."""
 
+    # put_object commits that queued layouts to free, in this process: the gateway wakes its
+    # sweeper after a PUT only when its commit moved this (a new key frees nothing, and each
+    # sweep is a few more queries to a shared database).
+    freeing_puts: int = 0
+
     async def start(self) -> None:  # noqa: B027 - optional, not abstract
         """Connect and bring the schema up to date (a no-op where the constructor did it)."""
 

@@ -108,6 +108,7 @@ async def store_object(req: S3Request, rec: ObjectRecord, marks: list[int], *,
     this gateway or another)."""
     if os.environ.get("ZONEGATE_TEST_CRASH_BEFORE_COMMIT") == rec.key:
         os._exit(70)  # fault injection for the crash tests: data written, metadata not
+    freeing = req.gw.store.freeing_puts
     try:
         conflict = await req.gw.store.put_object(rec, if_absent=if_absent,
                                                  if_version=if_version,
@@ -122,7 +123,8 @@ async def store_object(req: S3Request, rec: ObjectRecord, marks: list[int], *,
         notify_sweeper(req)
         raise S3Error("PreconditionFailed",
                       Condition="If-None-Match" if if_absent else "If-Match")
-    notify_sweeper(req)
+    if req.gw.store.freeing_puts != freeing:
+        notify_sweeper(req)  # the commit queued what it replaced
 
 
 def object_meta(rec: ObjectRecord) -> dict[str, Any]:

@@ -56,6 +56,7 @@ from gateway.metadata.store import (
     ListPage,
     MetadataStore,
     NoSuchBucketError,
+    ObjectRecord,
     OrphanEntry,
     PartRecord,
     StoreUnavailableError,
@@ -146,11 +147,16 @@ POOL_SIZE = 8
 _OBJ_COLS = OBJ_COLS
 _LIST_COLS = "bucket, key, size, etag, last_modified, owner, version, checksum, version_id"
 _BUCKET_COLS = "name, owner, created, region, acl"
-_BUCKET_AND_CONFIGS = (
+# a request's first read: the bucket and its configuration documents (GET: and the object)
+_BUCKET_READ = (
     "SELECT " + ", ".join("b." + c for c in _BUCKET_COLS.split(", ")) + ", "
     "ARRAY(SELECT kind FROM bucket_configs WHERE bucket=$1 ORDER BY kind), "
-    "ARRAY(SELECT doc FROM bucket_configs WHERE bucket=$1 ORDER BY kind) "
-    "FROM (SELECT 1) one LEFT JOIN buckets b ON b.name=$1")
+    "ARRAY(SELECT doc FROM bucket_configs WHERE bucket=$1 ORDER BY kind)")
+_BUCKET_AND_CONFIGS = _BUCKET_READ + " FROM (SELECT 1) one LEFT JOIN buckets b ON b.name=$1"
+_READ_FOR_GET = (
+    _BUCKET_READ + ", " + ", ".join("o." + c.strip() for c in OBJ_COLS.split(",")) +
+    " FROM (SELECT 1) one LEFT JOIN buckets b ON b.name=$1 "
+    "LEFT JOIN objects o ON o.bucket=$1 AND o.key=$2")
 _UP_COLS = ("upload_id, bucket, key, owner, initiated, headers, user_meta, "
             "checksum_algorithm, checksum_type")
 _PART_COLS = "upload_id, number, size, etag, last_modified, layout, checksum"
@@ -365,6 +371,14 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
         row = await self._read(lambda c: c.fetchrow(
             _BUCKET_AND_CONFIGS, name))
         return (_bk(row) if row[0] is not None else None), dict(zip(row[5], row[6], strict=True))
+
+    async def read_for_get(self, bucket: str, key: str
+                           ) -> tuple[BucketRecord | None, dict[str, str], ObjectRecord | None]:
+        row = await self._read(lambda c: c.fetchrow(_READ_FOR_GET, bucket, key_bytes(key)))
+        o = row[7:]
+        obj = _obj(o, self._parts.parts(bucket, o[1], o[10])) if o[0] is not None else None
+        return ((_bk(row) if row[0] is not None else None),
+                dict(zip(row[5], row[6], strict=True)), obj)
 
     async def list_buckets(self, owner: str | None = None) -> list[BucketRecord]:
         if owner is None:

@@ -248,6 +248,15 @@ class MetadataStore(QueueStore, abc.ABC):
         b, configs = await asyncio.gather(self.get_bucket(name), self.bucket_configs(name))
         return b, configs
 
+    async def read_for_get(self, bucket: str, key: str
+                           ) -> tuple[BucketRecord | None, dict[str, str], ObjectRecord | None]:
+        """bucket_and_configs and the current object (get_object) together: a GET's reads,
+        one statement where the backend can (PostgreSQL). The object is only read, the caller
+        checks access before it answers with it."""
+        (b, configs), obj = await asyncio.gather(self.bucket_and_configs(bucket),
+                                                 self.get_object(bucket, key))
+        return b, configs, obj
+
     # objects and versions
     @abc.abstractmethod
     async def get_object(self, bucket: str, key: str,

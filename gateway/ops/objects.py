@@ -324,9 +324,17 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
 
 
 async def get_existing(req: S3Request) -> ObjectRecord:
-    await require_bucket(req)
-    vid = versioning.requested_version(req)
-    return await versioning.object_for_read(req, req.bucket, req.key, vid)
+    if "versionId" in req.query:
+        await require_bucket(req)
+        vid = versioning.requested_version(req)
+        return await versioning.object_for_read(req, req.bucket, req.key, vid)
+    # The current object read with the bucket (one statement on PostgreSQL), answered only
+    # once access is checked; without one, object_for_read says why (delete marker or not).
+    b, configs, obj = await req.gw.store.read_for_get(req.bucket, req.key)
+    await require_bucket(req, (b, configs))
+    if obj is not None:
+        return obj
+    return await versioning.object_for_read(req, req.bucket, req.key, None)
 
 
 def is_multipart(obj: ObjectRecord) -> bool:

@@ -5,7 +5,13 @@ Table `versions` holds every version (delete markers included), `objects` a copy
 key's current version when that is not a marker; per key, versions are ordered by `seq`.
 Every write to a key first locks the key's newest version row (`_lock_key`), so writes to one
 key serialise; a key with no version yet has nothing to lock, and two first writes collide on
-the (bucket, key, seq) unique index instead, the loser running again."""
+the (bucket, key, seq) unique index instead, the loser running again.
+
+put_object, the hot path, takes that lock in the same statement as its reads (_PUT_READ), so
+their snapshot may predate the lock when it had to wait: what changed meanwhile shows as a
+newest seq that differs from the locked one, or as a version already holding the seq it
+writes (the unique index turns the write down). Either way it runs again, then locking
+first (`_lock_key`) as the other writes do."""
 
 from __future__ import annotations
 
@@ -338,8 +344,11 @@ class PgVersions:
         async def tx(c: asyncpg.Connection) -> bool:
             vid = version_id
             if vid is None:
+                # Not locked here: a PUT locks the version row and then the object row, so
+                # this locks in that order too (the other order deadlocked racing PUTs). The
+                # UPDATE of objects below only touches it while it is still this version.
                 vid = await c.fetchval("SELECT version_id FROM objects WHERE bucket=$1 AND "
-                                       "key=$2 FOR UPDATE", bucket, kb)
+                                       "key=$2", bucket, kb)
                 if vid is None:
                     return False
             row = await c.fetchrow("SELECT version, meta_part FROM versions WHERE bucket=$1 "

@@ -33,6 +33,30 @@ async def test_configs_are_kept_per_kind_and_go_with_the_bucket(stores) -> None:
     assert await s.bucket_configs("b") == {}
 
 
+async def test_a_requests_first_read_is_the_bucket_its_configs_and_the_object(stores) -> None:
+    """bucket_and_configs and read_for_get (one statement on PostgreSQL) answer what
+    get_bucket, bucket_configs and get_object answer, absent bucket and key included."""
+    s = await stores.open()
+    assert await s.bucket_and_configs("b") == (None, {})
+    assert await s.read_for_get("b", "k") == (None, {}, None)
+    await s.create_bucket(BucketRecord("b", "alice", 1.0, acl=GRANTS))
+    assert await s.bucket_and_configs("b") == (await s.get_bucket("b"), {})
+    assert await s.read_for_get("b", "k") == (await s.get_bucket("b"), {}, None)
+    await s.put_bucket_config("b", "versioning", '{"Status": "Enabled"}')
+    await s.put_bucket_config("b", "cors", '{"rules": [1]}')
+    key = "k/é\x00\U0001F600"
+    await s.put_object(ObjectRecord("b", key, 3, "e", 1.0, "alice", "w1", tags={"a": "1"},
+                                    parts=[{"number": 1, "size": 3, "etag": "e",
+                                            "layout": {"part_uid": "u1"}}]))
+    b, configs, obj = await s.read_for_get("b", key)
+    assert b == await s.get_bucket("b") and b.acl == GRANTS
+    assert configs == await s.bucket_configs("b") == {"cors": '{"rules": [1]}',
+                                                      "versioning": '{"Status": "Enabled"}'}
+    assert obj == await s.get_object("b", key) and obj.key == key and obj.tags == {"a": "1"}
+    assert await s.bucket_and_configs("b") == (b, configs)
+    assert (await s.read_for_get("b", "other"))[2] is None
+
+
 async def test_acls_and_tags_are_stored_with_bucket_and_object(stores) -> None:
     s = await stores.open()
     assert not await s.put_bucket_acl("b", GRANTS)

@@ -286,3 +286,29 @@ async def test_racing_first_writes_of_a_key_one_if_absent_wins(stores) -> None:
         assert sum(r is None for r in results) == 1, key
         assert len(await versions(target, key)) == 1
     assert await queued(target) == []
+
+
+async def test_overwrites_racing_tag_changes_keep_one_current_version(stores) -> None:
+    """Unversioned overwrites of one key (PostgreSQL: the null version's row rewritten in
+    place) racing tag changes and from several stores: one null version, the current object
+    is it, each replaced version's data queued exactly once; a store counts the puts whose
+    commit freed something (the gateway wakes its sweeper for those only)."""
+    import asyncio
+    where = stores.new_target()
+    many = [await stores.open(where) for _ in range(3)]
+    s = many[0]
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    before = s.freeing_puts
+    await s.put_object(rec("k", "w0"))
+    assert s.freeing_puts == before  # a new key frees nothing
+    await asyncio.gather(*(m.put_object(rec("k", f"w{i}")) for i, m in
+                           zip(range(1, 13), many * 4, strict=True)),
+                         *(m.put_object_tags("b", "k", None, {"t": str(i)})
+                           for i, m in enumerate(many * 2)))
+    got = await versions(s)
+    assert [v[1] for v in got] == ["null"]
+    cur = await s.get_object("b", "k")
+    head = await s.head_version("b", "k")
+    assert cur is not None and head is not None and cur.version == head.version
+    assert await queued(s) == sorted(f"w{i}.p1" for i in range(13) if f"w{i}" != cur.version)
+    assert sum(m.freeing_puts for m in many) - before == 12

@@ -5,7 +5,13 @@ Table `versions` holds every version (delete markers included), `objects` a copy
 key's current version when that is not a marker; per key, versions are ordered by `seq`.
 Every write to a key first locks the key's newest version row (`_lock_key`), so writes to one
 key serialise; a key with no version yet has nothing to lock, and two first writes collide on
-the (bucket, key, seq) unique index instead, the loser running again."""
+the (bucket, key, seq) unique index instead, the loser running again.
+
+put_object, the hot path, takes that lock in the same statement as its reads (_PUT_READ), so
+their snapshot may predate the lock when it had to wait: what changed meanwhile shows as a
+newest seq that differs from the locked one, or as a version already holding the seq it
+writes (the unique index turns the write down). Either way it runs again, then locking
+first (`_lock_key`) as the other writes do."""
 
 from __future__ import annotations
 
@@ -40,6 +46,40 @@ _LIST_VER = ("bucket, key, size, etag, last_modified, owner, version, '{}', '{}'
 _SET = ", ".join(f"{c}=EXCLUDED.{c}" for c in
                  ("size", "etag", "last_modified", "owner", "version", "headers", "user_meta",
                   "checksum", "parts", "manifest", "tags", "acl", "version_id"))
+
+
+# put_object's reads: bucket share lock, the key's newest version locked and its seq, the
+# newest seq in the statement's snapshot (they differ when the locked row went away while
+# waiting), the replaced version's layouts (locked), the current object.
+_PUT_READ = (
+    "SELECT (SELECT 1 FROM buckets WHERE name=$1 FOR SHARE), "
+    "(SELECT seq FROM versions WHERE bucket=$1 AND key=$2 ORDER BY seq DESC LIMIT 1 "
+    "FOR UPDATE), "
+    "(SELECT MAX(seq) FROM versions WHERE bucket=$1 AND key=$2), "
+    "t.parts, t.manifest, t.meta_part, "
+    + ", ".join(f"o.{c.strip()}" for c in OBJ_COLS.split(",")) +
+    " FROM (SELECT 1) one "
+    "LEFT JOIN LATERAL (SELECT parts, manifest, meta_part FROM versions WHERE bucket=$1 "
+    "AND key=$2 AND version_id=$3 FOR UPDATE) t ON true "
+    "LEFT JOIN objects o ON o.bucket=$1 AND o.key=$2")
+# $1..$15 the object's columns, $16 seq, $17 meta_part, $18 marks to release, $19 layouts to
+# queue (in order), $20 their due time. Returns 1 if the version was written.
+_PUT_TAIL = (
+    "cur AS (INSERT INTO objects (" + OBJ_COLS + ") VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,"
+    "$11,$12,$13,$14,$15) ON CONFLICT (bucket, key) DO UPDATE SET " + _SET + " RETURNING 1), "
+    "rel AS (DELETE FROM orphans WHERE id = ANY($18::BIGINT[]) RETURNING 1), "
+    "q AS (INSERT INTO orphans (layout, due) SELECT l, $20 FROM unnest($19::TEXT[]) "
+    "WITH ORDINALITY AS f(l, n) ORDER BY n RETURNING 1) "
+    "SELECT count(*) FROM v")
+_PUT_INSERT = (
+    "WITH v AS (INSERT INTO versions (" + VER_COLS + ") VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,"
+    "$10,$11,$12,$13,$14,$15,$16,false,$17) ON CONFLICT DO NOTHING RETURNING 1), " + _PUT_TAIL)
+_PUT_UPDATE = (
+    "WITH v AS (UPDATE versions SET seq=$16, delete_marker=false, meta_part=$17, "
+    + ", ".join(f"{c}=${i}" for i, c in enumerate(
+        ("size", "etag", "last_modified", "owner", "version", "headers", "user_meta",
+         "checksum", "parts", "manifest", "tags", "acl"), start=3)) +
+    " WHERE bucket=$1 AND key=$2 AND version_id=$15 RETURNING 1), " + _PUT_TAIL)
 
 
 def _values(rec: ObjectRecord, version_id: str) -> tuple:
@@ -171,19 +211,33 @@ class PgVersions:
         kb = key_bytes(rec.key)
         vid = rec.version_id if versioning == "enabled" else "null"
         values = _values(rec, vid)
+        keep = {json.dumps(lay, sort_keys=True) for lay in rec.layouts()}
+        retry = False
 
         async def tx(c: asyncpg.Connection) -> ObjectRecord | None:
+            nonlocal retry
             now = time.time()
-            # The bucket row share-locked first (DeleteBucket locks it FOR UPDATE, then the
-            # object and upload rows: one lock order), so a bucket deleted meanwhile, by any
-            # gateway, is seen here and no object lands in a bucket that is gone.
-            bucket_ok = await c.fetchval("SELECT 1 FROM buckets WHERE name=$1 FOR SHARE",
-                                         rec.bucket)
-            latest = await self._lock_key(c, rec.bucket, kb)
-            row = await c.fetchrow(f"SELECT {OBJ_COLS} FROM objects WHERE bucket=$1 AND key=$2",
-                                   rec.bucket, kb)
-            old = obj_row(row) if row else None
-            if latest is None and old is not None:
+            if retry:
+                # A race lost on the first try: this time the locks are taken first, so the
+                # read below runs after them (a fresh snapshot). Writers to one busy key then
+                # queue on its newest version instead of running again and again.
+                await c.execute("SELECT 1 FROM buckets WHERE name=$1 FOR SHARE", rec.bucket)
+                await self._lock_key(c, rec.bucket, kb)
+            retry = True
+            # One statement for the locks and the reads (a PUT was ~10 round trips, each a
+            # wait for the server's process on a busy machine). The bucket row share-locked
+            # (DeleteBucket locks it FOR UPDATE: a bucket deleted meanwhile, by any gateway,
+            # is seen here), the key's newest version locked (writes to one key serialise),
+            # and the version this write replaces locked too, so its columns are the
+            # committed ones even if a tag/ACL change raced it.
+            r = await c.fetchrow(_PUT_READ, rec.bucket, kb, vid)
+            bucket_ok, locked, newest = r[0], r[1], r[2]
+            if locked != newest:
+                # Waiting for the lock, the newest version went away (or none was locked
+                # while one exists): the statement's snapshot is stale. Run again.
+                raise Again
+            old = obj_row(r[6:]) if r[6] is not None else None
+            if newest is None and old is not None:
                 raise Again  # the key's first version was committed since we looked
             if if_absent and old is not None:
                 return old
@@ -200,24 +254,44 @@ class PgVersions:
                     raise UploadChangedError(upload_id)
             if not bucket_ok:
                 raise NoSuchBucketError(rec.bucket)
-            await self._release(c, release)
             # off / suspended: the null version is replaced; enabled: a new version on top
-            replaced = await self._take(c, rec.bucket, kb, vid)
-            _unseen(latest, replaced)
-            await self._insert_version(c, rec, vid, False, latest)
-            await c.execute(f"INSERT INTO objects ({OBJ_COLS}) VALUES ($1,$2,$3,$4,$5,$6,$7,"
-                            f"$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT (bucket, key) DO "
-                            f"UPDATE SET {_SET}", *values)
-            keep = {json.dumps(lay, sort_keys=True) for lay in rec.layouts()}
             freed: list[dict] = []
-            if replaced is not None:
-                freed += [lay for lay in obj_row(replaced).layouts()
-                          if json.dumps(lay, sort_keys=True) not in keep]
+            if r[3] is not None:
+                taken = ObjectRecord(rec.bucket, rec.key, 0, "", 0, "", "",
+                                     parts=json.loads(r[3]),
+                                     manifest=json.loads(r[4]) if r[4] else None,
+                                     meta_part=json.loads(r[5]) if r[5] else None)
+                freed = [lay for lay in taken.layouts()
+                         if json.dumps(lay, sort_keys=True) not in keep]
             if upload_id is not None:
                 freed += [d for d in upload_layouts if json.dumps(d, sort_keys=True) not in keep]
+            seq = (newest or 0) + 1
+            # The writes in one statement: the version (a replaced version's row rewritten
+            # in place, with its new seq on top), the current object, the pending marks
+            # released and the freed layouts queued. A version committed since the read
+            # holds this seq: the unique index on (bucket, key, seq) turns the write down
+            # (nothing inserted, or a unique violation for the rewrite) and the
+            # transaction runs again.
+            try:
+                wrote = await c.fetchval(
+                    _PUT_UPDATE if r[3] is not None else _PUT_INSERT,
+                    *values, seq, js(rec.meta_part), release or [],
+                    [json.dumps(lay) for lay in freed], now + self.free_delay)
+            except asyncpg.UniqueViolationError:
+                raise Again from None
+            if not wrote:
+                raise Again  # another write of this key won
+            if newest is None and seq != await c.fetchval(
+                    "SELECT MAX(seq) FROM versions WHERE bucket=$1 AND key=$2",
+                    rec.bucket, kb):
+                # a first write: a version committed after our read, under a seq this
+                # insert could not collide with, would sort below ours
+                raise Again
+            if upload_id is not None:
                 await c.execute("DELETE FROM parts WHERE upload_id=$1", upload_id)
                 await c.execute("DELETE FROM uploads WHERE upload_id=$1", upload_id)
-            await self._queue(c, freed, now + self.free_delay)
+            if freed:
+                self.freeing_puts += 1
             return None
         return await self._tx(tx)
 
@@ -270,8 +344,11 @@ class PgVersions:
         async def tx(c: asyncpg.Connection) -> bool:
             vid = version_id
             if vid is None:
+                # Not locked here: a PUT locks the version row and then the object row, so
+                # this locks in that order too (the other order deadlocked racing PUTs). The
+                # UPDATE of objects below only touches it while it is still this version.
                 vid = await c.fetchval("SELECT version_id FROM objects WHERE bucket=$1 AND "
-                                       "key=$2 FOR UPDATE", bucket, kb)
+                                       "key=$2", bucket, kb)
                 if vid is None:
                     return False
             row = await c.fetchrow("SELECT version, meta_part FROM versions WHERE bucket=$1 "

@@ -56,6 +56,7 @@ from gateway.metadata.store import (
     ListPage,
     MetadataStore,
     NoSuchBucketError,
+    ObjectRecord,
     OrphanEntry,
     PartRecord,
     StoreUnavailableError,
@@ -146,6 +147,16 @@ POOL_SIZE = 8
 _OBJ_COLS = OBJ_COLS
 _LIST_COLS = "bucket, key, size, etag, last_modified, owner, version, checksum, version_id"
 _BUCKET_COLS = "name, owner, created, region, acl"
+# a request's first read: the bucket and its configuration documents (GET: and the object)
+_BUCKET_READ = (
+    "SELECT " + ", ".join("b." + c for c in _BUCKET_COLS.split(", ")) + ", "
+    "ARRAY(SELECT kind FROM bucket_configs WHERE bucket=$1 ORDER BY kind), "
+    "ARRAY(SELECT doc FROM bucket_configs WHERE bucket=$1 ORDER BY kind)")
+_BUCKET_AND_CONFIGS = _BUCKET_READ + " FROM (SELECT 1) one LEFT JOIN buckets b ON b.name=$1"
+_READ_FOR_GET = (
+    _BUCKET_READ + ", " + ", ".join("o." + c.strip() for c in OBJ_COLS.split(",")) +
+    " FROM (SELECT 1) one LEFT JOIN buckets b ON b.name=$1 "
+    "LEFT JOIN objects o ON o.bucket=$1 AND o.key=$2")
 _UP_COLS = ("upload_id, bucket, key, owner, initiated, headers, user_meta, "
             "checksum_algorithm, checksum_type")
 _PART_COLS = "upload_id, number, size, etag, last_modified, layout, checksum"
@@ -269,6 +280,20 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
                 raise _unavailable(e) from None
         raise StoreUnavailableError("metadata database: transaction kept conflicting")
 
+    async def _auto(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """_tx for fn of one statement: no BEGIN and COMMIT around it (two round trips of
+        three); a single statement is a transaction of its own."""
+        for attempt in range(RETRIES):
+            try:
+                async with self._p().acquire() as c:
+                    return await fn(c)
+            except asyncpg.exceptions.TransactionRollbackError:
+                await asyncio.sleep(0.002 * (attempt + 1))
+                continue
+            except UNAVAILABLE as e:
+                raise _unavailable(e) from None
+        raise StoreUnavailableError("metadata database: transaction kept conflicting")
+
     async def _read(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         try:
             async with self._p().acquire() as c:
@@ -307,12 +332,14 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
 
     @staticmethod
     async def _queue(c: asyncpg.Connection, layouts: list[dict], due: float) -> list[int]:
-        ids = []
-        for lay in layouts:
-            ids.append(await c.fetchval(
-                "INSERT INTO orphans (layout, due) VALUES ($1, $2) RETURNING id",
-                json.dumps(lay), due))
-        return ids
+        """Queue layouts in one statement; their ids in the order given (ids are taken in
+        insertion order, the rows inserted in `n` order)."""
+        if not layouts:
+            return []
+        rows = await c.fetch("INSERT INTO orphans (layout, due) SELECT l, $2 FROM "
+                             "unnest($1::TEXT[]) WITH ORDINALITY AS f(l, n) ORDER BY n "
+                             "RETURNING id", [json.dumps(lay) for lay in layouts], due)
+        return sorted(r[0] for r in rows)
 
     @staticmethod
     async def _release(c: asyncpg.Connection, ids: list[int] | None) -> None:
@@ -338,6 +365,20 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
         row = await self._read(lambda c: c.fetchrow(
             f"SELECT {_BUCKET_COLS} FROM buckets WHERE name=$1", name))
         return _bk(row) if row else None
+
+    async def bucket_and_configs(self, name: str) -> tuple[BucketRecord | None, dict[str, str]]:
+        # one statement, one snapshot: a request's first read (two before, in parallel)
+        row = await self._read(lambda c: c.fetchrow(
+            _BUCKET_AND_CONFIGS, name))
+        return (_bk(row) if row[0] is not None else None), dict(zip(row[5], row[6], strict=True))
+
+    async def read_for_get(self, bucket: str, key: str
+                           ) -> tuple[BucketRecord | None, dict[str, str], ObjectRecord | None]:
+        row = await self._read(lambda c: c.fetchrow(_READ_FOR_GET, bucket, key_bytes(key)))
+        o = row[7:]
+        obj = _obj(o, self._parts.parts(bucket, o[1], o[10])) if o[0] is not None else None
+        return ((_bk(row) if row[0] is not None else None),
+                dict(zip(row[5], row[6], strict=True)), obj)
 
     async def list_buckets(self, owner: str | None = None) -> list[BucketRecord]:
         if owner is None:
@@ -482,23 +523,23 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
         return [r[0] for r in rows]
 
     # -- orphan queue ---------------------------------------------------------------------
+    # Each of these is one statement, run without BEGIN/COMMIT: the pending mark of every
+    # write (queue_orphans) and the sweep a commit wakes (claim_orphans) are per request.
     async def queue_orphans(self, layouts: list[dict[str, Any]], delay: float = 0.0) -> list[int]:
-        return await self._tx(lambda c: self._queue(c, layouts, time.time() + delay))
+        return await self._auto(lambda c: self._queue(c, layouts, time.time() + delay))
 
     async def claim_orphans(self, limit: int = 100, lease: float = 300.0) -> list[OrphanEntry]:
-        async def tx(c: asyncpg.Connection) -> list[OrphanEntry]:
-            now = time.time()
-            rows = await c.fetch("SELECT id, layout FROM orphans WHERE due <= $1 "
-                                 "ORDER BY due, id LIMIT $2 FOR UPDATE SKIP LOCKED", now, limit)
-            if rows:
-                await c.execute("UPDATE orphans SET due=$1 WHERE id = ANY($2::BIGINT[])",
-                                now + lease, [r[0] for r in rows])
-            return [OrphanEntry(r[0], json.loads(r[1])) for r in rows]
-        return await self._tx(tx)
+        now = time.time()
+        rows = await self._auto(lambda c: c.fetch(
+            "WITH c AS (SELECT id, layout, due FROM orphans WHERE due <= $1 "
+            "ORDER BY due, id LIMIT $2 FOR UPDATE SKIP LOCKED), "
+            "u AS (UPDATE orphans o SET due=$3 FROM c WHERE o.id = c.id) "
+            "SELECT id, layout FROM c ORDER BY due, id", now, limit, now + lease))
+        return [OrphanEntry(r[0], json.loads(r[1])) for r in rows]
 
     async def done_orphans(self, ids: list[int]) -> None:
         if ids:
-            await self._tx(lambda c: self._release(c, ids))
+            await self._auto(lambda c: self._release(c, ids))
 
     async def next_due(self) -> float | None:
         return await self._read(lambda c: c.fetchval("SELECT MIN(due) FROM orphans"))

@@ -169,6 +169,8 @@ class SqliteVersions:
                 c.execute("DELETE FROM parts WHERE upload_id=?", (upload_id,))
                 c.execute("DELETE FROM uploads WHERE upload_id=?", (upload_id,))
             self._queue(c, freed, now + self.free_delay)
+            if freed:
+                self.freeing_puts += 1
         return None
 
     def _delete_many(self, bucket: str, items: list[DeleteItem],

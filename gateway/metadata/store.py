@@ -11,6 +11,7 @@ SQL backend over a connection pool in a network round trip or two.
 from __future__ import annotations
 
 import abc
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,6 +195,11 @@ class MetadataStore(QueueStore, abc.ABC):
     Every data method is a coroutine: a shared database answers over the network. `start`
     connects (and creates or upgrades the schema) before first use; `close` lets go."""
 
+    # put_object commits that queued layouts to free, in this process: the gateway wakes its
+    # sweeper after a PUT only when its commit moved this (a new key frees nothing, and each
+    # sweep is a few more queries to a shared database).
+    freeing_puts: int = 0
+
     async def start(self) -> None:  # noqa: B027 - optional, not abstract
         """Connect and bring the schema up to date (a no-op where the constructor did it)."""
 
@@ -235,6 +241,21 @@ class MetadataStore(QueueStore, abc.ABC):
     @abc.abstractmethod
     async def bucket_configs(self, bucket: str) -> dict[str, str]:
         """Every document the bucket has, by kind ({} if none or no bucket)."""
+
+    async def bucket_and_configs(self, name: str) -> tuple[BucketRecord | None, dict[str, str]]:
+        """get_bucket and bucket_configs together (what every request's access check reads):
+        both at once here, one statement where the backend can (PostgreSQL)."""
+        b, configs = await asyncio.gather(self.get_bucket(name), self.bucket_configs(name))
+        return b, configs
+
+    async def read_for_get(self, bucket: str, key: str
+                           ) -> tuple[BucketRecord | None, dict[str, str], ObjectRecord | None]:
+        """bucket_and_configs and the current object (get_object) together: a GET's reads,
+        one statement where the backend can (PostgreSQL). The object is only read, the caller
+        checks access before it answers with it."""
+        (b, configs), obj = await asyncio.gather(self.bucket_and_configs(bucket),
+                                                 self.get_object(bucket, key))
+        return b, configs, obj
 
     # objects and versions
     @abc.abstractmethod

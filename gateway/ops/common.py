@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import email.errors
 import email.header
@@ -249,13 +248,13 @@ def requested_checksum_algorithm(name: str) -> str:
         raise S3Error("InvalidRequest", "Checksum algorithm provided is unsupported.") from None
 
 
-async def require_bucket(req: S3Request) -> Any:
+async def require_bucket(req: S3Request, got: tuple[Any, dict[str, str]] | None = None) -> Any:
     """The request's bucket record, once the request may do its action there (policy, ACL,
-    ownership: gateway/ops/access.py); NoSuchBucket / AccessDenied as S3 answers."""
-    # Both read at once: on PostgreSQL two round trips in parallel cost the latency of one
-    # (on a busy machine each is a wait for the server's process to be scheduled).
-    b, configs = await asyncio.gather(req.gw.store.get_bucket(req.bucket),
-                                      req.gw.store.bucket_configs(req.bucket))
+    ownership: gateway/ops/access.py); NoSuchBucket / AccessDenied as S3 answers. `got`: the
+    bucket and its configs already read (store.read_for_get)."""
+    # Both in one read (one statement on PostgreSQL: each round trip is a wait for the
+    # server's process to be scheduled on a busy machine).
+    b, configs = got if got is not None else await req.gw.store.bucket_and_configs(req.bucket)
     if b is None:
         raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
     # kept for bucket_access and the handler (versioning state, lifecycle rules): one read

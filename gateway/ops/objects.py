@@ -108,6 +108,7 @@ async def store_object(req: S3Request, rec: ObjectRecord, marks: list[int], *,
     this gateway or another)."""
     if os.environ.get("ZONEGATE_TEST_CRASH_BEFORE_COMMIT") == rec.key:
         os._exit(70)  # fault injection for the crash tests: data written, metadata not
+    freeing = req.gw.store.freeing_puts
     try:
         conflict = await req.gw.store.put_object(rec, if_absent=if_absent,
                                                  if_version=if_version,
@@ -122,7 +123,8 @@ async def store_object(req: S3Request, rec: ObjectRecord, marks: list[int], *,
         notify_sweeper(req)
         raise S3Error("PreconditionFailed",
                       Condition="If-None-Match" if if_absent else "If-Match")
-    notify_sweeper(req)
+    if req.gw.store.freeing_puts != freeing:
+        notify_sweeper(req)  # the commit queued what it replaced
 
 
 def object_meta(rec: ObjectRecord) -> dict[str, Any]:
@@ -322,9 +324,17 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
 
 
 async def get_existing(req: S3Request) -> ObjectRecord:
-    await require_bucket(req)
-    vid = versioning.requested_version(req)
-    return await versioning.object_for_read(req, req.bucket, req.key, vid)
+    if "versionId" in req.query:
+        await require_bucket(req)
+        vid = versioning.requested_version(req)
+        return await versioning.object_for_read(req, req.bucket, req.key, vid)
+    # The current object read with the bucket (one statement on PostgreSQL), answered only
+    # once access is checked; without one, object_for_read says why (delete marker or not).
+    b, configs, obj = await req.gw.store.read_for_get(req.bucket, req.key)
+    await require_bucket(req, (b, configs))
+    if obj is not None:
+        return obj
+    return await versioning.object_for_read(req, req.bucket, req.key, None)
 
 
 def is_multipart(obj: ObjectRecord) -> bool:

@@ -19,6 +19,7 @@ import asyncpg
 from gateway.metadata.keys import key_bytes
 from gateway.metadata.pgrows import OBJ_COLS, Again, js, obj_row
 from gateway.metadata.store import (
+    ANY,
     DeleteItem,
     ListPage,
     NoSuchBucketError,
@@ -30,7 +31,9 @@ from gateway.metadata.versionwalk import (
     VersionWalk,
     as_version,
     check_versioning,
+    fields_are,
     marker_record,
+    once_per_part,
     range_query,
 )
 
@@ -222,7 +225,8 @@ class PgVersions:
         return await self._tx(tx)
 
     async def delete_many(self, bucket: str, items: list[DeleteItem],
-                          versioning: str = "off") -> list[ObjectRecord | None]:
+                          versioning: str = "off",
+                          release: list[int] | None = None) -> list[ObjectRecord | None]:
         check_versioning(versioning)
 
         # One transaction for the whole batch (DeleteObjects of 1000 keys), freed layouts
@@ -240,9 +244,19 @@ class PgVersions:
                 else:
                     out.append(await self._del_current(c, bucket, it.key, freed,
                                                        it.if_version))
-            await self._queue(c, freed, time.time() + self.free_delay)
+            await self._release(c, release)
+            await self._queue(c, once_per_part(freed), time.time() + self.free_delay)
             return out
         return await self._tx(tx)
+
+    async def markers_in_use(self, bucket: str, part_uid: str,
+                             members: list[tuple[str, str]]) -> bool:
+        rows = await self._read(lambda c: c.fetch(
+            "SELECT v.manifest FROM versions v JOIN unnest($2::BYTEA[], $3::TEXT[]) AS "
+            "m(key, vid) ON v.key = m.key AND v.version_id = m.vid WHERE v.bucket = $1 AND "
+            "v.delete_marker", bucket, [key_bytes(k) for k, _ in members],
+            [v for _, v in members]))
+        return any(r[0] and json.loads(r[0]).get("part_uid") == part_uid for r in rows)
 
     async def delete_object(self, bucket: str, key: str, *,
                             if_version: str | None = None) -> ObjectRecord | None:
@@ -256,15 +270,17 @@ class PgVersions:
         return (await self.delete_many(bucket, [DeleteItem(key, version_id)]))[0]  # type: ignore[return-value]
 
     async def put_delete_marker(self, marker: VersionRecord, versioning: str, *,
-                                if_version: str | None = None) -> VersionRecord | None:
+                                if_version: str | None = None,
+                                release: list[int] | None = None) -> VersionRecord | None:
         got = await self.delete_many(marker.bucket, [DeleteItem(
-            marker.key, marker=marker, if_version=if_version)], versioning)
+            marker.key, marker=marker, if_version=if_version)], versioning, release)
         return got[0]  # type: ignore[return-value]
 
     async def _set_field(self, bucket: str, key: str, version_id: str | None, col: str,
                          value: str | None, meta_part: dict | None = None,
                          if_version: str | None = None,
-                         release: list[int] | None = None) -> bool:
+                         release: list[int] | None = None,
+                         expect: dict[str, Any] | None = None) -> bool:
         kb = key_bytes(key)
 
         async def tx(c: asyncpg.Connection) -> bool:
@@ -274,10 +290,12 @@ class PgVersions:
                                        "key=$2 FOR UPDATE", bucket, kb)
                 if vid is None:
                     return False
-            row = await c.fetchrow("SELECT version, meta_part FROM versions WHERE bucket=$1 "
-                                   "AND key=$2 AND version_id=$3 AND NOT delete_marker "
-                                   "FOR UPDATE", bucket, kb, vid)
+            row = await c.fetchrow("SELECT version, meta_part, tags, acl FROM versions WHERE "
+                                   "bucket=$1 AND key=$2 AND version_id=$3 AND NOT "
+                                   "delete_marker FOR UPDATE", bucket, kb, vid)
             if row is None or (if_version is not None and row[0] != if_version):
+                return False
+            if not fields_are(expect, row[2], row[3]):
                 return False
             await c.execute(f"UPDATE versions SET {col}=$1 WHERE bucket=$2 AND key=$3 "
                             "AND version_id=$4", value, bucket, kb, vid)
@@ -295,17 +313,21 @@ class PgVersions:
     async def put_object_tags(self, bucket: str, key: str, version_id: str | None,
                               tags: dict[str, str], *, meta_part: dict[str, Any] | None = None,
                               if_version: str | None = None,
-                              release: list[int] | None = None) -> bool:
+                              release: list[int] | None = None,
+                              if_acl: Any = ANY) -> bool:
         return await self._set_field(bucket, key, version_id, "tags", json.dumps(tags),
-                                     meta_part, if_version, release)
+                                     meta_part, if_version, release,
+                                     None if if_acl is ANY else {"acl": if_acl})
 
     async def put_object_acl(self, bucket: str, key: str, version_id: str | None,
                              acl: list[dict[str, Any]] | None, *,
                              meta_part: dict[str, Any] | None = None,
                              if_version: str | None = None,
-                             release: list[int] | None = None) -> bool:
+                             release: list[int] | None = None,
+                             if_tags: Any = ANY) -> bool:
         return await self._set_field(bucket, key, version_id, "acl", js(acl), meta_part,
-                                     if_version, release)
+                                     if_version, release,
+                                     None if if_tags is ANY else {"tags": if_tags})
 
     # -- reads --------------------------------------------------------------------------
     async def get_object(self, bucket: str, key: str,

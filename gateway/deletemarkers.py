@@ -20,11 +20,10 @@ writes (10-17 s). A batch of markers of one request is instead one 0-byte part p
 marker list (uid `dmb:{uuid4 hex}`, meta `{"kind": "delete-markers", "bucket", "owner",
 "last_modified", "markers": [[key, version_id], ...]}`), and every marker of it has that
 layout as its `manifest`. The part is shared, so its deletion (queued whenever one of its
-markers goes) waits for its last marker: the sweeper purges a `dmb:` part only when no marker
-row it lists still has it as its manifest (`in_use`, `store.markers_in_use`). A marker of a
-batch deleted while others of it live stays in the archive: recovery would bring it back (as
-it brings back anything deleted whose archives the sweeper has not freed yet), until the
-batch's last marker goes.
+markers goes) is the sweeper's `settle`: the part goes once no marker it lists is stored with
+it; while some are, those are rewritten into a new part (one write, one transaction) and the
+old one goes, so a marker deleted by id does not come back on recovery once the sweeper has
+run, as for any deleted version.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ BATCH_PREFIX = "dmb:"
 # Marker list bytes (as JSON) per batch part: the nodes refuse archive meta past 64 KiB
 # (erasure/writer.py MAX_META) and the archive's own fields need some room.
 BATCH_BYTES = 48 * 1024
-# Marker writes of one DeleteObjects in flight at once: each is one small request per node.
+# Marker part writes of one request in flight at once (one small request per node each).
 CONCURRENCY = 128
 
 
@@ -126,10 +125,14 @@ def batches(markers: list[VersionRecord]) -> list[list[int]]:
     return [b for bs in groups.values() for b in bs]
 
 
-async def in_use(storage: Any, store: Any, uid: str) -> bool:
-    """Whether a batch part queued for deletion still holds a live marker (its manifest is
-    this part): the sweeper keeps it then. Read from its archives' meta (every archive lists
-    the batch); none found: nothing to keep."""
+async def settle(storage: Any, store: Any, uid: str) -> bool:
+    """The sweeper's step for a batch part queued for deletion; True when the part must stay.
+    Its markers (read from its archives' meta: every archive lists them) that are still
+    stored with it (`store.live_markers`): none, the part goes; all, it stays (a marker's own
+    deletion queues it again); some, they are written as a new batch part and moved onto it
+    (`store.move_markers`, checking none went meanwhile), and the old part goes, so a
+    deleted marker does not come back on recovery. Any failure keeps the part: a later
+    deletion of one of its markers queues it again."""
     found = [p for p in await storage.cluster.scan(uid) if p.part_uid == uid]
     if not found:
         return False
@@ -138,8 +141,35 @@ async def in_use(storage: Any, store: Any, uid: str) -> bool:
     except ValueError as e:
         log.warning("%s: %s; deleting it", uid, e)
         return False
-    return bool(await store.markers_in_use(members[0].bucket, uid,
-                                           [(m.key, m.version_id) for m in members]))
+    bucket = members[0].bucket
+    live = set(await store.live_markers(bucket, uid, [(m.key, m.version_id) for m in members]))
+    if not live:
+        return False
+    if len(live) == len(members):
+        return True
+    kept = [m for m in members if (m.key, m.version_id) in live]
+    marks, errors = await write_markers(storage, store, kept, storage.pending_grace,
+                                        batch=True)
+    if any(e is not None for e in errors):
+        await _drop(store, kept, marks)
+        return True
+    ok = await store.move_markers(bucket, uid, [(m.key, m.version_id, m.manifest)
+                                                for m in kept],
+                                  release=sorted({m for m in marks if m is not None}))
+    if not ok:
+        await _drop(store, kept, marks)
+        return True
+    return False
+
+
+async def _drop(store: Any, written: list[VersionRecord], marks: list[int | None]) -> None:
+    """Queue the parts a failed rewrite wrote (their pending marks go with it)."""
+    lays = {m.manifest["part_uid"]: m.manifest for m in written if m.manifest}
+    if lays:
+        await store.queue_orphans(list(lays.values()))
+    done = sorted({m for m in marks if m is not None})
+    if done:
+        await store.done_orphans(done)
 
 
 async def _no_bytes() -> AsyncIterator[bytes]:
@@ -148,17 +178,19 @@ async def _no_bytes() -> AsyncIterator[bytes]:
 
 
 async def write_markers(storage: Any, store: Any, markers: list[VersionRecord],
-                        grace: float) -> tuple[list[int | None], list[S3Error | None]]:
+                        grace: float, *, batch: bool = False
+                        ) -> tuple[list[int | None], list[S3Error | None]]:
     """Write the archives of `markers` (their `manifest` is set to the layout). Returns the
     pending mark of each to release at commit (None where the write failed; markers of one
     batch part share theirs) and the error of each failed one (ServiceUnavailable: too few
     nodes answered). A single marker is a `dm:` part of its own; several are written as
     batch parts (see the module's doc), so a DeleteObjects of 1000 keys costs one or a few
-    erasure writes and one store commit for their pending marks."""
+    erasure writes and one store commit for their pending marks. `batch`: batch parts even
+    for one marker (the sweeper's rewrite: a fresh uid each time, never `dm:{id}` twice)."""
     from erasure.errors import ErasureError
     if not markers:
         return [], []
-    if len(markers) == 1:
+    if len(markers) == 1 and not batch:
         groups = [[0]]
         uids = [marker_uid(markers[0].version_id)]
         metas = [marker_meta(markers[0])]

@@ -274,9 +274,10 @@ class Storage:
         (`purge_nodes`), tried again after DOWN_RETRY and then once per lease (entries whose
         nodes are all still down are left leased, no node is asked). Other failures leave the
         entry leased: it comes back after the lease. A batch part of delete markers goes
-        only once none of its markers is stored (gateway/deletemarkers.py)."""
+        only once none of its markers is stored, its live ones moved to a new part first
+        (gateway/deletemarkers.py: settle)."""
         from gateway.deletemarkers import BATCH_PREFIX
-        from gateway.deletemarkers import in_use as batch_in_use
+        from gateway.deletemarkers import settle as settle_batch
         freed = 0
         while True:
             entries = await store.claim_orphans(batch)
@@ -291,8 +292,8 @@ class Storage:
                     continue
                 try:
                     if only is None and uid.startswith(BATCH_PREFIX) and \
-                            await batch_in_use(self, store, uid):
-                        # A marker of the batch still lives: its own deletion frees the part.
+                            await settle_batch(self, store, uid):
+                        # The part stays (its markers live): the last one's deletion frees it.
                         done.append(e.id)
                         continue
                     _, left = await self.cluster.purge_nodes(uid, only)

@@ -1,8 +1,9 @@
 """DeleteObjects on a versioned bucket writes its delete markers as a few batch parts
 (gateway/deletemarkers.py, `dmb:` uids), not one part per marker: `recover-metadata` brings
-back every marker of a batch, a batch part stays while one of its markers lives and goes with
-the last, and a gateway killed (SIGKILL) in the middle of a batch leaves every stored marker
-recoverable and no archive that nothing owns."""
+back every marker of a batch; when some markers of a batch are deleted the sweeper moves the
+others to a new part and frees the old (so the deleted ones stay deleted on recovery), and
+the last one's deletion frees its part; a gateway killed (SIGKILL) in the middle of a batch
+leaves every stored marker recoverable and no archive that nothing owns."""
 
 from __future__ import annotations
 
@@ -36,16 +37,6 @@ def delete_all(s3, bucket: str, keys: list[str], versions: list[str | None] | No
     return out
 
 
-def swept(g: Gateway, s3) -> None:
-    """Wait until the sweeper has freed a version deleted now (it frees in queue order, so
-    what was queued before is dealt with too)."""
-    held = archive_ids(g)
-    vid = s3.put_object(Bucket="ckv", Key="probe", Body=b"p")["VersionId"]
-    probe = archive_ids(g) - held
-    s3.delete_object(Bucket="ckv", Key="probe", VersionId=vid)
-    assert probe and wait_for(lambda: not (probe & archive_ids(g)))
-
-
 def test_delete_objects_markers_come_back_from_batch_parts(tmp_path, backend):  # noqa: F811
     opts = {} if backend is None else {"metadata": backend.new_database("lost"),
                                        "metadata_password_file": str(backend.password_file)}
@@ -73,24 +64,24 @@ def test_delete_objects_markers_come_back_from_batch_parts(tmp_path, backend):  
         many = batch_parts(g) - one
         assert 2 <= len(many) <= 4
         delete_all(s3, "susp", short[:50])     # null markers replace the null versions
-        assert len(batch_parts(g)) == 2 + len(many)
+        susp_parts = batch_parts(g) - one - many
+        assert len(susp_parts) == 1
         assert single_markers(g) == dm_before  # no per-marker parts
         for k in short[:3]:
             assert s3.list_object_versions(Bucket="ckv", Prefix=k)["DeleteMarkers"]
 
-        # Deleting some markers of a batch by version id: those keys are back, the part stays
-        # (its other markers still live); a lone DELETE makes a marker part of its own.
+        # Deleting some markers of a batch by version id: those keys are back, and the
+        # sweeper moves the batch's other markers to a new part, freeing the old one.
         marker_ids = {k: vid for k, vid, _, m in versions_of(g, "ckv") if m}
         undeleted = short[:10]
         delete_all(s3, "ckv", undeleted, [marker_ids[k] for k in undeleted])
         for k in undeleted:
             assert s3.get_object(Bucket="ckv", Key=k)["Body"].read() == b"v1"
+        assert wait_for(lambda: not (one & batch_parts(g)))
+        moved = batch_parts(g) - many - susp_parts
+        assert len(moved) == 1
         single = s3.delete_object(Bucket="ckv", Key="run/0000")["VersionId"]
         assert wait_for(lambda: len(single_markers(g) - dm_before) == 1)
-        # Once the sweeper has freed a version deleted after the undelete (so it has dealt
-        # with what the undelete queued), the batch part is still there.
-        swept(g, s3)
-        assert one <= batch_parts(g)
         r = zonegate(g, "repair", "--audit")
         assert r.returncode == 0, r.stdout + r.stderr
 
@@ -103,30 +94,26 @@ def test_delete_objects_markers_come_back_from_batch_parts(tmp_path, backend):  
         assert r.returncode == 0, r.stdout + r.stderr
         g.start_gateway()
         s3 = g.client()
-        after = {b: versions_of(g, b) for b in ("ckv", "susp")}
-        # The 10 markers deleted by id are in their batch part still: recovery brings them
-        # back (as anything whose archives were not freed yet); every other one is exact.
-        gone = {(k, marker_ids[k]) for k in undeleted}
-        assert [v[:2] + v[3:] for v in after["ckv"] if (v[0], v[1]) not in gone] == \
-            [v[:2] + v[3:] for v in before["ckv"]]
-        assert len(after["ckv"]) == len(before["ckv"]) + 10
-        assert after["susp"] == before["susp"]
+        assert {b: versions_of(g, b) for b in ("ckv", "susp")} == before
         r = zonegate(g, "repair", "--audit")
         assert r.returncode == 0, r.stdout + r.stderr
 
-        # Deleting every marker of a batch frees its part; deleting all but one keeps it.
+        # Deleting every marker of batches frees their parts; all but one: the one left is
+        # moved to a part of its own, freed with it.
         markers = [(k, v) for k, v, _, m in versions_of(g, "ckv") if m]
         longs = [(k, v) for k, v in markers if k.startswith("long/")]
         shorts = [(k, v) for k, v in markers if k.startswith("run/") and v != single]
-        assert len(longs) == 120 and len(shorts) == 300
+        assert len(longs) == 120 and len(shorts) == 290
         delete_all(s3, "ckv", [k for k, _ in longs], [v for _, v in longs])
         assert wait_for(lambda: not (many & batch_parts(g)), timeout=60)
         keep, rest = shorts[-1], shorts[:-1]
         delete_all(s3, "ckv", [k for k, _ in rest], [v for _, v in rest])
-        swept(g, s3)
-        assert one <= batch_parts(g)
+        assert wait_for(lambda: not (moved & batch_parts(g)), timeout=60)
+        last = batch_parts(g) - susp_parts
+        assert len(last) == 1
         s3.delete_object(Bucket="ckv", Key=keep[0], VersionId=keep[1])
-        assert wait_for(lambda: not (one & batch_parts(g)), timeout=60)
+        assert wait_for(lambda: not (last & batch_parts(g)), timeout=60)
+        assert batch_parts(g) == susp_parts
         r = zonegate(g, "repair", "--audit")
         assert r.returncode == 0, r.stdout + r.stderr
     finally:

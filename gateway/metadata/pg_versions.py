@@ -249,14 +249,36 @@ class PgVersions:
             return out
         return await self._tx(tx)
 
-    async def markers_in_use(self, bucket: str, part_uid: str,
-                             members: list[tuple[str, str]]) -> bool:
+    _MARKER_PARTS = ("SELECT v.key, v.version_id, v.manifest FROM versions v JOIN "
+                     "unnest($2::BYTEA[], $3::TEXT[]) AS m(key, vid) ON v.key = m.key AND "
+                     "v.version_id = m.vid WHERE v.bucket = $1 AND v.delete_marker")
+
+    async def live_markers(self, bucket: str, part_uid: str,
+                           members: list[tuple[str, str]]) -> list[tuple[str, str]]:
         rows = await self._read(lambda c: c.fetch(
-            "SELECT v.manifest FROM versions v JOIN unnest($2::BYTEA[], $3::TEXT[]) AS "
-            "m(key, vid) ON v.key = m.key AND v.version_id = m.vid WHERE v.bucket = $1 AND "
-            "v.delete_marker", bucket, [key_bytes(k) for k, _ in members],
+            self._MARKER_PARTS, bucket, [key_bytes(k) for k, _ in members],
             [v for _, v in members]))
-        return any(r[0] and json.loads(r[0]).get("part_uid") == part_uid for r in rows)
+        live = {(bytes(r[0]), r[1]) for r in rows
+                if r[2] and json.loads(r[2]).get("part_uid") == part_uid}
+        return [(k, v) for k, v in members if (key_bytes(k), v) in live]
+
+    async def move_markers(self, bucket: str, part_uid: str,
+                           moves: list[tuple[str, str, dict[str, Any]]],
+                           release: list[int] | None = None) -> bool:
+        async def tx(c: asyncpg.Connection) -> bool:
+            rows = await c.fetch(self._MARKER_PARTS + " FOR UPDATE OF v", bucket,
+                                 [key_bytes(k) for k, _, _ in moves],
+                                 [v for _, v, _ in moves])
+            here = {(bytes(r[0]), r[1]) for r in rows
+                    if r[2] and json.loads(r[2]).get("part_uid") == part_uid}
+            if any((key_bytes(k), v) not in here for k, v, _ in moves):
+                return False
+            await c.executemany("UPDATE versions SET manifest=$1 WHERE bucket=$2 AND key=$3 "
+                                "AND version_id=$4", [(js(lay), bucket, key_bytes(k), v)
+                                                      for k, v, lay in moves])
+            await self._release(c, release)
+            return True
+        return await self._tx(tx)
 
     async def delete_object(self, bucket: str, key: str, *,
                             if_version: str | None = None) -> ObjectRecord | None:

@@ -193,15 +193,27 @@ class SqliteVersions:
             self._queue(c, once_per_part(freed), time.time() + self.free_delay)
         return out
 
-    def _markers_in_use(self, bucket: str, part_uid: str,
-                        members: list[tuple[str, str]]) -> bool:
-        c = self._conn()
-        for key, vid in members:
-            row = c.execute("SELECT manifest FROM versions WHERE bucket=? AND key=? AND "
-                            "version_id=? AND delete_marker=1", (bucket, _k(key), vid)).fetchone()
-            if row is not None and row[0] and json.loads(row[0]).get("part_uid") == part_uid:
-                return True
-        return False
+    def _live_markers(self, bucket: str, part_uid: str,
+                      members: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [(k, v) for k, v in members if self._marker_part(self._conn(), bucket, k, v)
+                == part_uid]
+
+    @staticmethod
+    def _marker_part(c: sqlite3.Connection, bucket: str, key: str, vid: str) -> str | None:
+        row = c.execute("SELECT manifest FROM versions WHERE bucket=? AND key=? AND "
+                        "version_id=? AND delete_marker=1", (bucket, _k(key), vid)).fetchone()
+        return json.loads(row[0]).get("part_uid") if row is not None and row[0] else None
+
+    def _move_markers(self, bucket: str, part_uid: str,
+                      moves: list[tuple[str, str, dict]], release: list[int] | None) -> bool:
+        with self._tx() as c:
+            if any(self._marker_part(c, bucket, k, v) != part_uid for k, v, _ in moves):
+                return False
+            c.executemany("UPDATE versions SET manifest=? WHERE bucket=? AND key=? AND "
+                          "version_id=?", [(json.dumps(lay), bucket, _k(k), v)
+                                           for k, v, lay in moves])
+            self._release(c, release)
+            return True
 
     def _set_field(self, bucket: str, key: str, version_id: str | None, col: str,
                    value: str | None, meta_part: dict | None = None,
@@ -314,9 +326,14 @@ class SqliteVersions:
                           release: list[int] | None = None) -> list[ObjectRecord | None]:
         return await self._w(self._delete_many, bucket, items, versioning, release)
 
-    async def markers_in_use(self, bucket: str, part_uid: str,
-                             members: list[tuple[str, str]]) -> bool:
-        return await self._r(self._markers_in_use, bucket, part_uid, members)
+    async def live_markers(self, bucket: str, part_uid: str,
+                           members: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return await self._r(self._live_markers, bucket, part_uid, members)
+
+    async def move_markers(self, bucket: str, part_uid: str,
+                           moves: list[tuple[str, str, dict[str, Any]]],
+                           release: list[int] | None = None) -> bool:
+        return await self._w(self._move_markers, bucket, part_uid, moves, release)
 
     async def list_versions(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
                             version_id_marker: str, limit: int) -> ListPage:

@@ -310,11 +310,20 @@ class MetadataStore(QueueStore, abc.ABC):
         (markers of one DeleteObjects share a batch part, gateway/deletemarkers.py)."""
 
     @abc.abstractmethod
-    async def markers_in_use(self, bucket: str, part_uid: str,
-                             members: list[tuple[str, str]]) -> bool:
-        """Whether any of the delete markers `members` ((key, version_id) in `bucket`) is
-        still stored with the part `part_uid` as its manifest: a batch part of markers is
-        deleted only after its last marker (gateway/deletemarkers.py)."""
+    async def live_markers(self, bucket: str, part_uid: str,
+                           members: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Those of the delete markers `members` ((key, version_id) in `bucket`) still stored
+        with the part `part_uid` as their manifest: a batch part of markers is deleted only
+        after its last marker (gateway/deletemarkers.py)."""
+
+    @abc.abstractmethod
+    async def move_markers(self, bucket: str, part_uid: str,
+                           moves: list[tuple[str, str, dict[str, Any]]],
+                           release: list[int] | None = None) -> bool:
+        """Give each delete marker (key, version_id, layout) of `moves` that layout as its
+        manifest, in one transaction, only if every one is still stored with the part
+        `part_uid` as its manifest (else False, nothing changes); `release` as put_object's.
+        For the sweeper's rewrite of a batch part some of whose markers are gone."""
 
     @abc.abstractmethod
     async def list_versions(self, bucket: str, prefix: str, delimiter: str, key_marker: str,

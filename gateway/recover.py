@@ -8,7 +8,8 @@ Every fragment archive carries the caller's meta dict (gateway/storage.py):
   that never completed and is skipped (queued for deletion after a grace period).
 - kind "bucket": a bucket marker (gateway/bucketmarkers.py), written at CreateBucket and
   removed at DeleteBucket; it carries the bucket's ACL and configuration documents.
-- kind "delete-marker": a delete marker of a versioned bucket (gateway/deletemarkers.py).
+- kind "delete-marker": a delete marker of a versioned bucket (gateway/deletemarkers.py);
+  kind "delete-markers": a batch of them (DeleteObjects), every one brought back.
 - kind "object-tags": tags / ACL set on a version after its write (gateway/tagarchives.py);
   the newest one of each version's write wins over its write-time tags and ACL.
 Every version of a key comes back, delete markers included, in their order, with tags
@@ -73,6 +74,7 @@ def _record(obj: dict[str, Any], parts: list[dict[str, Any]],
                         user_meta=dict(obj.get("user_meta") or {}),
                         checksum=dict(obj.get("checksum") or {}), parts=parts, manifest=manifest,
                         tags=dict(obj.get("tags") or {}),
+                        acl=list(obj["acl"]) if obj.get("acl") is not None else None,
                         version_id=str(obj.get("version_id") or "null"))
 
 
@@ -131,6 +133,22 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
                     continue
                 m.manifest = p.layout().to_dict()
                 candidates.append(m)
+                used.add(p.part_uid)
+                continue
+            if p.meta.get("kind") == deletemarkers.BATCH_KIND:
+                # A DeleteObjects' markers: each comes back with the part as its manifest.
+                if len(p.fragments) < p.scheme.k:
+                    marker_leftovers.append(p.layout().to_dict())
+                    continue
+                try:
+                    batch = deletemarkers.records_from_batch(p.meta)
+                except ValueError as e:
+                    report.unreadable.append(f"{p.part_uid}: {e}")
+                    continue
+                lay = p.layout().to_dict()
+                for m in batch:
+                    m.manifest = lay
+                candidates.extend(batch)
                 used.add(p.part_uid)
                 continue
             if p.meta.get("kind") == "object" and "object" in p.meta:

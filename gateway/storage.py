@@ -273,7 +273,11 @@ class Storage:
         the nodes that answer, and the entry is replaced by one naming only the nodes left
         (`purge_nodes`), tried again after DOWN_RETRY and then once per lease (entries whose
         nodes are all still down are left leased, no node is asked). Other failures leave the
-        entry leased: it comes back after the lease."""
+        entry leased: it comes back after the lease. A batch part of delete markers goes
+        only once none of its markers is stored, its live ones moved to a new part first
+        (gateway/deletemarkers.py: settle)."""
+        from gateway.deletemarkers import BATCH_PREFIX
+        from gateway.deletemarkers import settle as settle_batch
         freed = 0
         while True:
             entries = await store.claim_orphans(batch)
@@ -287,6 +291,11 @@ class Storage:
                 if only is not None and not any(map(self.cluster.is_up, only)):
                     continue
                 try:
+                    if only is None and uid.startswith(BATCH_PREFIX) and \
+                            await settle_batch(self, store, uid):
+                        # The part stays (its markers live): the last one's deletion frees it.
+                        done.append(e.id)
+                        continue
                     _, left = await self.cluster.purge_nodes(uid, only)
                 except asyncio.CancelledError:
                     raise

@@ -71,21 +71,38 @@ async def save_change(req: Any, obj: ObjectRecord, tags: dict[str, str],
                       acl: list[dict[str, Any]] | None, field: str) -> bool:
     """Record `obj`'s new tags (field "tags") or ACL ("acl"): the archive, then the store
     change with the mark's release. False (the archive queued for deletion) if the version
-    is gone or is another write now."""
+    is gone or is another write now.
+
+    Every archive carries both fields, and recovery takes the newest: the change commits only
+    if the version's other field is still the one its archive carries, else (a PutObjectAcl
+    and a PutObjectTagging raced) the archive is written again with the other field as now
+    stored, so the newest archive never brings back a stale one."""
     gw = req.gw
-    layout, mark = await write_change(gw.storage, gw.store, obj, tags, acl)
     vid = obj.version_id or "null"
-    if field == "tags":
-        done = await gw.store.put_object_tags(obj.bucket, obj.key, vid, tags, meta_part=layout,
-                                              if_version=obj.version, release=[mark])
-    else:
-        done = await gw.store.put_object_acl(obj.bucket, obj.key, vid, acl, meta_part=layout,
-                                             if_version=obj.version, release=[mark])
-    if not done:
-        await gw.store.queue_orphans([layout])
-        await gw.store.done_orphans([mark])
-    gw.kick_sweeper()  # the replaced (or unused) archive was queued: free it now
-    return done
+    for _ in range(8):
+        layout, mark = await write_change(gw.storage, gw.store, obj, tags, acl)
+        if field == "tags":
+            done = await gw.store.put_object_tags(obj.bucket, obj.key, vid, tags,
+                                                  meta_part=layout, if_version=obj.version,
+                                                  release=[mark], if_acl=acl)
+        else:
+            done = await gw.store.put_object_acl(obj.bucket, obj.key, vid, acl,
+                                                 meta_part=layout, if_version=obj.version,
+                                                 release=[mark], if_tags=tags)
+        if not done:
+            await gw.store.queue_orphans([layout])
+            await gw.store.done_orphans([mark])
+        gw.kick_sweeper()  # the replaced (or unused) archive was queued: free it now
+        if done:
+            return True
+        now = await gw.store.get_object(obj.bucket, obj.key, vid)
+        if now is None or getattr(now, "delete_marker", False) or now.version != obj.version:
+            return False
+        if field == "tags":
+            acl = now.acl
+        else:
+            tags = dict(now.tags)
+    raise S3Error("ServiceUnavailable", "The object's tags or ACL kept changing; please retry.")
 
 
 def change_from_meta(meta: dict[str, Any]) -> dict[str, Any]:

@@ -176,6 +176,49 @@ async def test_tags_and_acls_are_per_version(stores) -> None:
     assert (await s.get_object("b", "k")).acl == [{"p": "READ"}]
 
 
+async def test_tag_and_acl_changes_commit_only_over_the_other_field_they_carry(stores) -> None:
+    s = await stores.open()
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    await s.put_object(rec("k", "w1", "V1"), versioning="enabled")
+    assert not await s.put_object_tags("b", "k", "V1", {"t": "1"}, if_acl=[{"p": "READ"}])
+    assert await s.put_object_tags("b", "k", "V1", {"t": "1"}, if_acl=None)
+    assert not await s.put_object_acl("b", "k", "V1", [{"p": "READ"}], if_tags={})
+    assert await s.put_object_acl("b", "k", None, [{"p": "READ"}], if_tags={"t": "1"})
+    assert await s.put_object_tags("b", "k", "V1", {"t": "2"}, if_acl=[{"p": "READ"}])
+    got = await s.get_object("b", "k", "V1")
+    assert (got.tags, got.acl) == ({"t": "2"}, [{"p": "READ"}])
+
+
+async def test_a_batch_of_markers_shares_one_part_freed_once(stores) -> None:
+    s = await stores.open()
+    await s.create_bucket(BucketRecord("b", "alice", 1.0))
+    lay = {"part_uid": "dmb:batch1"}
+    ms = [VersionRecord("b", f"k{i}", 0, "", 2.0, "alice", f"m{i}", version_id=f"M{i}",
+                        manifest=lay) for i in range(3)]
+    (mark,) = await s.queue_orphans([{"part_uid": "dmb:batch1", "pending": True}])
+    got = await s.delete_many("b", [DeleteItem(m.key, marker=m) for m in ms], "enabled",
+                              release=[mark])
+    assert [g.version_id for g in got] == ["M0", "M1", "M2"]
+    assert await queued(s) == []                                  # the mark went with it
+    members = [(m.key, m.version_id) for m in ms]
+    assert await s.live_markers("b", "dmb:batch1", members) == members
+    assert await s.live_markers("b", "dmb:other", members) == []
+    await s.delete_many("b", [DeleteItem("k0", "M0"), DeleteItem("k1", "M1")])
+    assert await queued(s) == ["dmb:batch1"]                      # once for both
+    assert await s.live_markers("b", "dmb:batch1", members) == [("k2", "M2")]
+    # The sweeper's rewrite: only while every moved marker still has the old part.
+    new = {"part_uid": "dmb:batch2"}
+    assert not await s.move_markers("b", "dmb:batch1", [("k1", "M1", new), ("k2", "M2", new)])
+    (mark,) = await s.queue_orphans([{"part_uid": "dmb:batch2", "pending": True}])
+    assert await s.move_markers("b", "dmb:batch1", [("k2", "M2", new)], release=[mark])
+    assert await queued(s) == []
+    assert await s.live_markers("b", "dmb:batch1", members) == []
+    assert (await s.get_object("b", "k2", "M2")).manifest == new
+    await s.delete_version("b", "k2", "M2")
+    assert await queued(s) == ["dmb:batch2"]
+    assert await s.live_markers("b", "dmb:batch2", members) == []
+
+
 async def test_part_owners_counts_every_version_and_marker(stores) -> None:
     s = await stores.open()
     await s.create_bucket(BucketRecord("b", "alice", 1.0))

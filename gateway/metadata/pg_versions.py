@@ -25,6 +25,7 @@ import asyncpg
 from gateway.metadata.keys import key_bytes
 from gateway.metadata.pgrows import OBJ_COLS, Again, js, obj_row
 from gateway.metadata.store import (
+    ANY,
     DeleteItem,
     ListPage,
     NoSuchBucketError,
@@ -36,7 +37,9 @@ from gateway.metadata.versionwalk import (
     VersionWalk,
     as_version,
     check_versioning,
+    fields_are,
     marker_record,
+    once_per_part,
     range_query,
 )
 
@@ -296,7 +299,8 @@ class PgVersions:
         return await self._tx(tx)
 
     async def delete_many(self, bucket: str, items: list[DeleteItem],
-                          versioning: str = "off") -> list[ObjectRecord | None]:
+                          versioning: str = "off",
+                          release: list[int] | None = None) -> list[ObjectRecord | None]:
         check_versioning(versioning)
 
         # One transaction for the whole batch (DeleteObjects of 1000 keys), freed layouts
@@ -314,8 +318,40 @@ class PgVersions:
                 else:
                     out.append(await self._del_current(c, bucket, it.key, freed,
                                                        it.if_version))
-            await self._queue(c, freed, time.time() + self.free_delay)
+            await self._release(c, release)
+            await self._queue(c, once_per_part(freed), time.time() + self.free_delay)
             return out
+        return await self._tx(tx)
+
+    _MARKER_PARTS = ("SELECT v.key, v.version_id, v.manifest FROM versions v JOIN "
+                     "unnest($2::BYTEA[], $3::TEXT[]) AS m(key, vid) ON v.key = m.key AND "
+                     "v.version_id = m.vid WHERE v.bucket = $1 AND v.delete_marker")
+
+    async def live_markers(self, bucket: str, part_uid: str,
+                           members: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        rows = await self._read(lambda c: c.fetch(
+            self._MARKER_PARTS, bucket, [key_bytes(k) for k, _ in members],
+            [v for _, v in members]))
+        live = {(bytes(r[0]), r[1]) for r in rows
+                if r[2] and json.loads(r[2]).get("part_uid") == part_uid}
+        return [(k, v) for k, v in members if (key_bytes(k), v) in live]
+
+    async def move_markers(self, bucket: str, part_uid: str,
+                           moves: list[tuple[str, str, dict[str, Any]]],
+                           release: list[int] | None = None) -> bool:
+        async def tx(c: asyncpg.Connection) -> bool:
+            rows = await c.fetch(self._MARKER_PARTS + " FOR UPDATE OF v", bucket,
+                                 [key_bytes(k) for k, _, _ in moves],
+                                 [v for _, v, _ in moves])
+            here = {(bytes(r[0]), r[1]) for r in rows
+                    if r[2] and json.loads(r[2]).get("part_uid") == part_uid}
+            if any((key_bytes(k), v) not in here for k, v, _ in moves):
+                return False
+            await c.executemany("UPDATE versions SET manifest=$1 WHERE bucket=$2 AND key=$3 "
+                                "AND version_id=$4", [(js(lay), bucket, key_bytes(k), v)
+                                                      for k, v, lay in moves])
+            await self._release(c, release)
+            return True
         return await self._tx(tx)
 
     async def delete_object(self, bucket: str, key: str, *,
@@ -330,15 +366,17 @@ class PgVersions:
         return (await self.delete_many(bucket, [DeleteItem(key, version_id)]))[0]  # type: ignore[return-value]
 
     async def put_delete_marker(self, marker: VersionRecord, versioning: str, *,
-                                if_version: str | None = None) -> VersionRecord | None:
+                                if_version: str | None = None,
+                                release: list[int] | None = None) -> VersionRecord | None:
         got = await self.delete_many(marker.bucket, [DeleteItem(
-            marker.key, marker=marker, if_version=if_version)], versioning)
+            marker.key, marker=marker, if_version=if_version)], versioning, release)
         return got[0]  # type: ignore[return-value]
 
     async def _set_field(self, bucket: str, key: str, version_id: str | None, col: str,
                          value: str | None, meta_part: dict | None = None,
                          if_version: str | None = None,
-                         release: list[int] | None = None) -> bool:
+                         release: list[int] | None = None,
+                         expect: dict[str, Any] | None = None) -> bool:
         kb = key_bytes(key)
 
         async def tx(c: asyncpg.Connection) -> bool:
@@ -351,10 +389,12 @@ class PgVersions:
                                        "key=$2", bucket, kb)
                 if vid is None:
                     return False
-            row = await c.fetchrow("SELECT version, meta_part FROM versions WHERE bucket=$1 "
-                                   "AND key=$2 AND version_id=$3 AND NOT delete_marker "
-                                   "FOR UPDATE", bucket, kb, vid)
+            row = await c.fetchrow("SELECT version, meta_part, tags, acl FROM versions WHERE "
+                                   "bucket=$1 AND key=$2 AND version_id=$3 AND NOT "
+                                   "delete_marker FOR UPDATE", bucket, kb, vid)
             if row is None or (if_version is not None and row[0] != if_version):
+                return False
+            if not fields_are(expect, row[2], row[3]):
                 return False
             await c.execute(f"UPDATE versions SET {col}=$1 WHERE bucket=$2 AND key=$3 "
                             "AND version_id=$4", value, bucket, kb, vid)
@@ -372,17 +412,21 @@ class PgVersions:
     async def put_object_tags(self, bucket: str, key: str, version_id: str | None,
                               tags: dict[str, str], *, meta_part: dict[str, Any] | None = None,
                               if_version: str | None = None,
-                              release: list[int] | None = None) -> bool:
+                              release: list[int] | None = None,
+                              if_acl: Any = ANY) -> bool:
         return await self._set_field(bucket, key, version_id, "tags", json.dumps(tags),
-                                     meta_part, if_version, release)
+                                     meta_part, if_version, release,
+                                     None if if_acl is ANY else {"acl": if_acl})
 
     async def put_object_acl(self, bucket: str, key: str, version_id: str | None,
                              acl: list[dict[str, Any]] | None, *,
                              meta_part: dict[str, Any] | None = None,
                              if_version: str | None = None,
-                             release: list[int] | None = None) -> bool:
+                             release: list[int] | None = None,
+                             if_tags: Any = ANY) -> bool:
         return await self._set_field(bucket, key, version_id, "acl", js(acl), meta_part,
-                                     if_version, release)
+                                     if_version, release,
+                                     None if if_tags is ANY else {"tags": if_tags})
 
     # -- reads --------------------------------------------------------------------------
     async def get_object(self, bucket: str, key: str,

@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.metadata.keys import key_bytes
 from gateway.metadata.store import (
+    ANY,
     DeleteItem,
     ListPage,
     ObjectRecord,
@@ -26,7 +27,9 @@ from gateway.metadata.versionwalk import (
     VersionWalk,
     as_version,
     check_versioning,
+    fields_are,
     marker_record,
+    once_per_part,
     range_query,
 )
 
@@ -173,8 +176,8 @@ class SqliteVersions:
                 self.freeing_puts += 1
         return None
 
-    def _delete_many(self, bucket: str, items: list[DeleteItem],
-                     versioning: str) -> list[ObjectRecord | None]:
+    def _delete_many(self, bucket: str, items: list[DeleteItem], versioning: str,
+                     release: list[int] | None = None) -> list[ObjectRecord | None]:
         check_versioning(versioning)
         out: list[ObjectRecord | None] = []
         freed: list[dict] = []
@@ -188,12 +191,36 @@ class SqliteVersions:
                     out.append(self._add_marker(c, m, versioning, freed, it.if_version))
                 else:
                     out.append(self._del_current(c, bucket, it.key, freed, it.if_version))
-            self._queue(c, freed, time.time() + self.free_delay)
+            self._release(c, release)
+            self._queue(c, once_per_part(freed), time.time() + self.free_delay)
         return out
+
+    def _live_markers(self, bucket: str, part_uid: str,
+                      members: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [(k, v) for k, v in members if self._marker_part(self._conn(), bucket, k, v)
+                == part_uid]
+
+    @staticmethod
+    def _marker_part(c: sqlite3.Connection, bucket: str, key: str, vid: str) -> str | None:
+        row = c.execute("SELECT manifest FROM versions WHERE bucket=? AND key=? AND "
+                        "version_id=? AND delete_marker=1", (bucket, _k(key), vid)).fetchone()
+        return json.loads(row[0]).get("part_uid") if row is not None and row[0] else None
+
+    def _move_markers(self, bucket: str, part_uid: str,
+                      moves: list[tuple[str, str, dict]], release: list[int] | None) -> bool:
+        with self._tx() as c:
+            if any(self._marker_part(c, bucket, k, v) != part_uid for k, v, _ in moves):
+                return False
+            c.executemany("UPDATE versions SET manifest=? WHERE bucket=? AND key=? AND "
+                          "version_id=?", [(json.dumps(lay), bucket, _k(k), v)
+                                           for k, v, lay in moves])
+            self._release(c, release)
+            return True
 
     def _set_field(self, bucket: str, key: str, version_id: str | None, col: str,
                    value: str | None, meta_part: dict | None = None,
-                   if_version: str | None = None, release: list[int] | None = None) -> bool:
+                   if_version: str | None = None, release: list[int] | None = None,
+                   expect: dict[str, Any] | None = None) -> bool:
         kb = _k(key)
         with self._tx() as c:
             if version_id is None:
@@ -202,10 +229,12 @@ class SqliteVersions:
                 if row is None:
                     return False
                 version_id = row[0]
-            row = c.execute("SELECT version, meta_part FROM versions WHERE bucket=? AND key=? "
-                            "AND version_id=? AND delete_marker=0",
+            row = c.execute("SELECT version, meta_part, tags, acl FROM versions WHERE "
+                            "bucket=? AND key=? AND version_id=? AND delete_marker=0",
                             (bucket, kb, version_id)).fetchone()
             if row is None or (if_version is not None and row[0] != if_version):
+                return False
+            if not fields_are(expect, row[2], row[3]):
                 return False
             c.execute(f"UPDATE versions SET {col}=? WHERE bucket=? AND key=? AND version_id=?",
                       (value, bucket, kb, version_id))
@@ -287,15 +316,26 @@ class SqliteVersions:
         return got[0]  # type: ignore[return-value]
 
     async def put_delete_marker(self, marker: VersionRecord, versioning: str, *,
-                                if_version: str | None = None) -> VersionRecord | None:
+                                if_version: str | None = None,
+                                release: list[int] | None = None) -> VersionRecord | None:
         got = await self._w(self._delete_many, marker.bucket,
                             [DeleteItem(marker.key, marker=marker, if_version=if_version)],
-                            versioning)
+                            versioning, release)
         return got[0]  # type: ignore[return-value]
 
     async def delete_many(self, bucket: str, items: list[DeleteItem],
-                          versioning: str = "off") -> list[ObjectRecord | None]:
-        return await self._w(self._delete_many, bucket, items, versioning)
+                          versioning: str = "off",
+                          release: list[int] | None = None) -> list[ObjectRecord | None]:
+        return await self._w(self._delete_many, bucket, items, versioning, release)
+
+    async def live_markers(self, bucket: str, part_uid: str,
+                           members: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return await self._r(self._live_markers, bucket, part_uid, members)
+
+    async def move_markers(self, bucket: str, part_uid: str,
+                           moves: list[tuple[str, str, dict[str, Any]]],
+                           release: list[int] | None = None) -> bool:
+        return await self._w(self._move_markers, bucket, part_uid, moves, release)
 
     async def list_versions(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
                             version_id_marker: str, limit: int) -> ListPage:
@@ -305,15 +345,18 @@ class SqliteVersions:
     async def put_object_tags(self, bucket: str, key: str, version_id: str | None,
                               tags: dict[str, str], *, meta_part: dict[str, Any] | None = None,
                               if_version: str | None = None,
-                              release: list[int] | None = None) -> bool:
+                              release: list[int] | None = None,
+                              if_acl: Any = ANY) -> bool:
         return await self._w(self._set_field, bucket, key, version_id, "tags", json.dumps(tags),
-                             meta_part, if_version, release)
+                             meta_part, if_version, release,
+                             None if if_acl is ANY else {"acl": if_acl})
 
     async def put_object_acl(self, bucket: str, key: str, version_id: str | None,
                              acl: list[dict[str, Any]] | None, *,
                              meta_part: dict[str, Any] | None = None,
                              if_version: str | None = None,
-                             release: list[int] | None = None) -> bool:
+                             release: list[int] | None = None,
+                             if_tags: Any = ANY) -> bool:
         return await self._w(self._set_field, bucket, key, version_id, "acl",
                              None if acl is None else json.dumps(acl), meta_part, if_version,
-                             release)
+                             release, None if if_tags is ANY else {"tags": if_tags})

@@ -157,6 +157,9 @@ class ListPage:
 # bucket on every request that evaluates access.
 CONFIG_KINDS = ("versioning", "lifecycle", "tagging", "policy", "cors", "ownership",
                 "public-access-block")
+# put_object_tags / put_object_acl: the other field is not checked
+ANY: Any = object()
+
 # put_object / put_delete_marker / delete_many versioning states
 VERSIONING_STATES = ("off", "enabled", "suspended")
 
@@ -307,19 +310,41 @@ class MetadataStore(QueueStore, abc.ABC):
 
     @abc.abstractmethod
     async def put_delete_marker(self, marker: VersionRecord, versioning: str, *,
-                                if_version: str | None = None) -> VersionRecord | None:
+                                if_version: str | None = None,
+                                release: list[int] | None = None) -> VersionRecord | None:
         """DELETE without a version id on a versioned bucket. "enabled": marker (its
         version_id from new_version_id()) becomes the newest version and the current object
         is no longer current (kept as a noncurrent version); "suspended": the marker, stored
         with version id "null", replaces the key's null version (its layouts queued). The
         marker as stored. NoSuchBucketError if the bucket is gone; ValueError for "off".
-        if_version: only if the current object's `version` is that (else None, no change)."""
+        if_version: only if the current object's `version` is that (else None, no change).
+        `release`: orphan-queue entries (the marker's pending mark) removed in the same
+        transaction, as put_object's."""
 
     @abc.abstractmethod
     async def delete_many(self, bucket: str, items: list[DeleteItem],
-                          versioning: str = "off") -> list[ObjectRecord | None]:
+                          versioning: str = "off",
+                          release: list[int] | None = None) -> list[ObjectRecord | None]:
         """DeleteObjects on any bucket, in one transaction: per item (see DeleteItem) what
-        delete_version, put_delete_marker or delete_object returns, in order."""
+        delete_version, put_delete_marker or delete_object returns, in order. `release` as
+        put_object's (the markers' pending marks). Freed layouts are queued once per part
+        (markers of one DeleteObjects share a batch part, gateway/deletemarkers.py)."""
+
+    @abc.abstractmethod
+    async def live_markers(self, bucket: str, part_uid: str,
+                           members: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Those of the delete markers `members` ((key, version_id) in `bucket`) still stored
+        with the part `part_uid` as their manifest: a batch part of markers is deleted only
+        after its last marker (gateway/deletemarkers.py)."""
+
+    @abc.abstractmethod
+    async def move_markers(self, bucket: str, part_uid: str,
+                           moves: list[tuple[str, str, dict[str, Any]]],
+                           release: list[int] | None = None) -> bool:
+        """Give each delete marker (key, version_id, layout) of `moves` that layout as its
+        manifest, in one transaction, only if every one is still stored with the part
+        `part_uid` as its manifest (else False, nothing changes); `release` as put_object's.
+        For the sweeper's rewrite of a batch part some of whose markers are gone."""
 
     @abc.abstractmethod
     async def list_versions(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
@@ -335,21 +360,24 @@ class MetadataStore(QueueStore, abc.ABC):
     async def put_object_tags(self, bucket: str, key: str, version_id: str | None,
                               tags: dict[str, str], *, meta_part: dict[str, Any] | None = None,
                               if_version: str | None = None,
-                              release: list[int] | None = None) -> bool:
+                              release: list[int] | None = None,
+                              if_acl: Any = ANY) -> bool:
         """Replace the tags of that version (None: the current object). False if there is no
         such version, it is a delete marker, or `if_version` is given and is not its write
-        (`ObjectRecord.version`): then nothing changes. With `meta_part`, that layout becomes
-        the version's `meta_part` and the one it had is queued for deletion; the pending
-        marks in `release` are dropped in the same transaction (only when it changes)."""
+        (`ObjectRecord.version`), or `if_acl` is given and is not its grant list: then
+        nothing changes. With `meta_part`, that layout becomes the version's `meta_part` and
+        the one it had is queued for deletion; the pending marks in `release` are dropped in
+        the same transaction (only when it changes)."""
 
     @abc.abstractmethod
     async def put_object_acl(self, bucket: str, key: str, version_id: str | None,
                              acl: list[dict[str, Any]] | None, *,
                              meta_part: dict[str, Any] | None = None,
                              if_version: str | None = None,
-                             release: list[int] | None = None) -> bool:
+                             release: list[int] | None = None,
+                             if_tags: Any = ANY) -> bool:
         """Replace the grant list of that version (None: the current object); False, and
-        `meta_part` / `release`, as put_object_tags."""
+        `meta_part` / `release`, as put_object_tags (`if_tags`: only if its tags are those)."""
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
         """Delete many keys of one bucket (DeleteObjects), their layouts queued for the

@@ -11,6 +11,7 @@ plain index ranges over (bucket, key, seq DESC).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any, NamedTuple
@@ -137,3 +138,29 @@ def marker_record(marker: VersionRecord, version_id: str) -> VersionRecord:
 def check_versioning(state: str) -> None:
     if state not in VERSIONING_STATES:
         raise ValueError(f"versioning must be one of {VERSIONING_STATES}, not {state!r}")
+
+
+def once_per_part(layouts: list[dict]) -> list[dict]:
+    """Freed layouts with each part once (the markers of one DeleteObjects share a batch
+    part: deleting them all frees it once, not once per marker)."""
+    seen: set[str] = set()
+    out = []
+    for lay in layouts:
+        uid = lay.get("part_uid")
+        if uid is not None and uid in seen:
+            continue
+        if uid is not None:
+            seen.add(uid)
+        out.append(lay)
+    return out
+
+
+def fields_are(expect: dict[str, Any] | None, tags: str | None, acl: str | None) -> bool:
+    """Whether a version's stored tags / ACL (JSON columns) hold the values `expect` names:
+    a tag or ACL change commits only if the other field is still what its archive records
+    (gateway/tagarchives.py), so the newest archive never carries a stale one."""
+    if not expect:
+        return True
+    have = {"tags": json.loads(tags) if tags else {},
+            "acl": json.loads(acl) if acl is not None else None}
+    return all(have[k] == v for k, v in expect.items())

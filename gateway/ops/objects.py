@@ -128,11 +128,15 @@ async def store_object(req: S3Request, rec: ObjectRecord, marks: list[int], *,
 
 
 def object_meta(rec: ObjectRecord) -> dict[str, Any]:
-    """The object description written into every archive (for recover-metadata)."""
-    return {"bucket": rec.bucket, "key": rec.key, "version": rec.version, "size": rec.size,
-            "etag": rec.etag, "last_modified": rec.last_modified, "owner": rec.owner,
-            "headers": rec.headers, "user_meta": rec.user_meta, "checksum": rec.checksum,
-            "version_id": rec.version_id, "tags": rec.tags}
+    """The object description written into every archive (for recover-metadata); the
+    write-time ACL (x-amz-acl / x-amz-grant-*) only when there is one (None: the default)."""
+    out = {"bucket": rec.bucket, "key": rec.key, "version": rec.version, "size": rec.size,
+           "etag": rec.etag, "last_modified": rec.last_modified, "owner": rec.owner,
+           "headers": rec.headers, "user_meta": rec.user_meta, "checksum": rec.checksum,
+           "version_id": rec.version_id, "tags": rec.tags}
+    if rec.acl is not None:
+        out["acl"] = rec.acl
+    return out
 
 
 async def write_single(req: S3Request, rec: ObjectRecord, body: Any,

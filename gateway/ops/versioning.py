@@ -21,6 +21,7 @@ from gateway.deletemarkers import new_marker, write_markers
 from gateway.errors import S3Error
 from gateway.metadata.store import DeleteItem, NoSuchBucketError, ObjectRecord
 from gateway.metadata.versionids import new_version_id
+from gateway.metadata.versionwalk import once_per_part
 from gateway.ops import access
 from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import (
@@ -185,8 +186,13 @@ async def add_markers(gw: Any, bucket: str, owner: str, keys: list[str], state: 
     return markers, marks, errors
 
 
+def _marks(marks: list[int | None]) -> list[int]:
+    """The pending marks to release, each once (the markers of a batch part share one)."""
+    return sorted({m for m in marks if m is not None})
+
+
 async def release(gw: Any, marks: list[int | None]) -> None:
-    done = [m for m in marks if m is not None]
+    done = _marks(marks)
     if done:
         await gw.store.done_orphans(done)
 
@@ -211,10 +217,11 @@ async def delete_current(gw: Any, bucket: str, key: str, owner: str,
     markers, marks, errors = await add_markers(gw, bucket, owner, [key], state)
     if errors[0] is not None:
         raise errors[0]
-    # The pending mark goes once the commit is known to have happened (or is known not to):
-    # after any other failure it stays, and the sweeper deletes the marker's archives.
+    # The pending mark goes in the commit's transaction (or once the commit is known not to
+    # have happened): after any other failure it stays, and the sweeper deletes the archives.
     try:
-        stored = await store.put_delete_marker(markers[0], state, if_version=if_version)
+        stored = await store.put_delete_marker(markers[0], state, if_version=if_version,
+                                               release=_marks(marks))
     except NoSuchBucketError:
         await store.queue_orphans([markers[0].manifest])
         await release(gw, marks)
@@ -222,7 +229,6 @@ async def delete_current(gw: Any, bucket: str, key: str, owner: str,
         raise S3Error("NoSuchBucket", resource="/" + bucket, BucketName=bucket) from None
     if stored is None:  # the object changed meanwhile: the marker written is not needed
         await store.queue_orphans([markers[0].manifest])
-    await release(gw, marks)
     gw.kick_sweeper()
     return stored
 
@@ -261,7 +267,8 @@ def _deleted_xml(key: str, vid: str | None, res: Any, marker_made: bool) -> str:
 
 async def delete_objects(req: S3Request) -> Response:
     """DeleteObjects: every entry checked, the markers a versioned bucket needs written to the
-    nodes (concurrently, one pending-mark commit), then one store transaction for all."""
+    nodes (as batch parts: one erasure write per ~48 KiB of marker list, one pending-mark
+    commit), then one store transaction for all that also releases the marks."""
     bucket = await require_bucket(req)
     root = parse_xml(await read_small_body(req))
     if root.tag != "Delete":
@@ -309,15 +316,20 @@ async def delete_objects(req: S3Request) -> Response:
     results: dict[int, Any] = {}
     try:
         if items:
-            for i, r in zip(todo, await store.delete_many(req.bucket, items, versioning=state),
-                            strict=True):
+            # the markers' pending marks go in the same transaction: a crash after it leaves
+            # no committed marker part for the sweeper
+            got = await store.delete_many(req.bucket, items, versioning=state,
+                                          release=_marks(marks))
+            for i, r in zip(todo, got, strict=True):
                 results[i] = r
+        else:
+            await release(req.gw, marks)
     except NoSuchBucketError:
-        await store.queue_orphans([m.manifest for m in markers_by_entry.values()])
+        await store.queue_orphans(once_per_part([m.manifest for m in
+                                                 markers_by_entry.values()]))
         await release(req.gw, marks)
         notify_sweeper(req)
         raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket) from None
-    await release(req.gw, marks)
     notify_sweeper(req)
     out: list[str] = []
     for i, (key, vid, _) in enumerate(entries):

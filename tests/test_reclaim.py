@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tests.zonelog_helpers import KiB, make_drive, open_device, open_log, read_all
+from tests.zonelog_helpers import KiB, make_drive, open_device, open_log, payload, read_all
 from zonestore.errors import RecordNotFound
 from zonestore.fsck import fsck
 
@@ -69,10 +69,21 @@ async def test_tombstones_keep_killing_older_copies_through_reclaim_and_rebuild(
     log = await open_log(drive, chunk_size=16 * KiB, flush_size=16 * KiB)
     await log.put("x", blob("x", 1, 100), stream="a")
     ids = [f"t{i}" for i in range(1500)]
-    # Written at once, streams a and b get zones of their own.
+    # A put of stream a stays in flight meanwhile, so that b never fills the rest of a's zone
+    # (an idle class's zone is shared): x's old copy stays in a's open zone, not a victim.
+    gate = asyncio.Event()
+
+    async def held():
+        await gate.wait()
+        yield blob("held", 0, 8 * KiB)
+
+    holding = asyncio.create_task(log.put("held", held(), stream="a", length=8 * KiB))
+    await asyncio.sleep(0)
     await asyncio.gather(*(log.put(f"keep{i}", blob(f"keep{i}", i, 8 * KiB), stream="a")
                            for i in range(5)),
                          *(log.put(t, b"t" * 20, stream="b") for t in ids))
+    gate.set()
+    await holding
     await asyncio.gather(*(log.delete(t) for t in ["x", *ids]))
     res = await log.reclaim(min_garbage=0.0)
     # x's old copy still sits in stream a's zone: its tombstone must survive the reclaim;
@@ -89,7 +100,7 @@ async def test_tombstones_keep_killing_older_copies_through_reclaim_and_rebuild(
     log = await open_log(drive)  # rebuilt from the zones alone
     with pytest.raises(RecordNotFound):
         await log.head("x")
-    assert sorted(r.id for r in log.scan()) == [f"keep{i}" for i in range(5)]
+    assert sorted(r.id for r in log.scan()) == ["held", *(f"keep{i}" for i in range(5))]
     await log.close()
 
 
@@ -197,4 +208,23 @@ async def test_reclaim_leaves_zones_of_a_put_in_progress_alone(tmp_path):
     go.set()
     await put
     assert await read_all(log, "big") == data
+    await log.close()
+
+
+async def test_reclaim_keeps_at_most_one_open_zone_of_its_own(tmp_path):
+    """A copy that does not fit the rest of reclaim's zone finishes that zone before reclaim
+    opens another: a replaced reclaim zone left open held an open slot nobody wrote to, until
+    the device refused to open a zone at its open limit."""
+    drive = make_drive(tmp_path, zones=48, zone_size=512 * KiB)
+    log = await open_log(drive)
+    rnd = random.Random(3)
+    most = 0
+    for n in range(600):
+        rid = f"r{rnd.randrange(40)}"
+        await log.put(rid, payload(n, rnd.choice([40 * KiB, 150 * KiB, 200 * KiB])),
+                      stream=f"s{n % 3}")
+        if n % 10 == 9:
+            await log.reclaim(min_garbage=0.1)
+        most = max(most, sum(1 for w in log._writers.values() if w.gc and not w.closing))
+    assert most <= 1
     await log.close()

@@ -270,8 +270,11 @@ class ZoneAllocator:
             if self._usable(own, need):
                 return own
             if own is not None and not own.closing and own.error is None:
-                if own.remaining < FULL_SLACK:
-                    own.retire()  # (nearly) full: finish it, the class takes a new zone
+                if own.remaining < FULL_SLACK or gc:
+                    # (Nearly) full, or reclaim's zone (nothing else writes to it, so left
+                    # open it would hold an open slot for ever): finish it, the class takes
+                    # a new zone; reclaim counts the rest as stranded.
+                    own.retire()
                 elif kind == "put":
                     # A record's COMMIT that does not fit the rest of the class's zone goes
                     # to another open zone; the class keeps its zone for what follows.

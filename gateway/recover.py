@@ -30,9 +30,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway import bucketmarkers, deletemarkers, tagarchives
 from gateway.metadata import (
@@ -44,6 +45,8 @@ from gateway.metadata import (
     store_path,
 )
 from gateway.recoverversions import build_chains, is_marker, restore_configs, write_chain
+
+T = TypeVar("T")
 
 GRACE = 24 * 3600.0  # seconds before leftovers found by recovery are deleted
 
@@ -109,46 +112,39 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
         task = progress.add_task("reading manifests", total=len(manifests)) if progress else None
         marker_leftovers: list[dict[str, Any]] = []
         changes: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        def readable(p: Any, parse: Callable[[dict[str, Any]], T]) -> T | None:
+            """A tag/ACL archive's or a marker part's meta parsed, or None: a part a deletion
+            left short of k fragments (on a node that was down) is a leftover to delete, a
+            bad meta is reported unreadable."""
+            if len(p.fragments) < p.scheme.k:
+                marker_leftovers.append(p.layout().to_dict())
+                return None
+            try:
+                return parse(p.meta)
+            except ValueError as e:
+                report.unreadable.append(f"{p.part_uid}: {e}")
+                return None
+
         for p in scanned:
-            if p.meta.get("kind") == tagarchives.KIND:
+            kind = p.meta.get("kind")
+            if kind == tagarchives.KIND:
                 used.add(p.part_uid)
-                if len(p.fragments) < p.scheme.k:
-                    # What a deletion left on a node that was down.
-                    marker_leftovers.append(p.layout().to_dict())
-                    continue
-                try:
-                    changes.append((tagarchives.change_from_meta(p.meta), p.layout().to_dict()))
-                except ValueError as e:
-                    report.unreadable.append(f"{p.part_uid}: {e}")
+                change = readable(p, tagarchives.change_from_meta)
+                if change is not None:
+                    changes.append((change, p.layout().to_dict()))
                 continue
-            if p.meta.get("kind") == deletemarkers.KIND:
-                if len(p.fragments) < p.scheme.k:
-                    # What a deletion left on a node that was down: not a marker any more.
-                    marker_leftovers.append(p.layout().to_dict())
-                    continue
-                try:
-                    m = deletemarkers.record_from_meta(p.meta)
-                except ValueError as e:
-                    report.unreadable.append(f"{p.part_uid}: {e}")
-                    continue
-                m.manifest = p.layout().to_dict()
-                candidates.append(m)
-                used.add(p.part_uid)
-                continue
-            if p.meta.get("kind") == deletemarkers.BATCH_KIND:
-                # A DeleteObjects' markers: each comes back with the part as its manifest.
-                if len(p.fragments) < p.scheme.k:
-                    marker_leftovers.append(p.layout().to_dict())
-                    continue
-                try:
-                    batch = deletemarkers.records_from_batch(p.meta)
-                except ValueError as e:
-                    report.unreadable.append(f"{p.part_uid}: {e}")
+            if kind in (deletemarkers.KIND, deletemarkers.BATCH_KIND):
+                # A DELETE's marker, or a DeleteObjects' markers: each comes back with the
+                # part as its manifest.
+                batch = readable(p, (lambda meta: [deletemarkers.record_from_meta(meta)])
+                                 if kind == deletemarkers.KIND
+                                 else deletemarkers.records_from_batch)
+                if batch is None:
                     continue
                 lay = p.layout().to_dict()
                 for m in batch:
                     m.manifest = lay
-                candidates.extend(batch)
+                    candidates.append(m)
                 used.add(p.part_uid)
                 continue
             if p.meta.get("kind") == "object" and "object" in p.meta:

@@ -267,26 +267,24 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
     async def _tx(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """Run fn in a transaction, again on a serialization failure, a deadlock or a lost
         insert race; a database that does not answer is StoreUnavailableError."""
-        for attempt in range(RETRIES):
-            try:
-                async with self._p().acquire() as c, c.transaction():
-                    return await fn(c)
-            except _Again:
-                continue
-            except asyncpg.exceptions.TransactionRollbackError:
-                await asyncio.sleep(0.002 * (attempt + 1))
-                continue
-            except UNAVAILABLE as e:
-                raise _unavailable(e) from None
-        raise StoreUnavailableError("metadata database: transaction kept conflicting")
+        return await self._retrying(fn, tx=True)
 
     async def _auto(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """_tx for fn of one statement: no BEGIN and COMMIT around it (two round trips of
         three); a single statement is a transaction of its own."""
+        return await self._retrying(fn, tx=False)
+
+    async def _retrying(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *,
+                        tx: bool) -> T:
         for attempt in range(RETRIES):
             try:
                 async with self._p().acquire() as c:
-                    return await fn(c)
+                    if not tx:
+                        return await fn(c)
+                    async with c.transaction():
+                        return await fn(c)
+            except _Again:
+                continue
             except asyncpg.exceptions.TransactionRollbackError:
                 await asyncio.sleep(0.002 * (attempt + 1))
                 continue

@@ -162,8 +162,10 @@ class Gateway:
                 due = await self.store.next_due()
             except StoreUnavailableError:
                 due = None
-            wait = SWEEP_INTERVAL if due is None else min(SWEEP_INTERVAL,
-                                                          max(0.05, due - time.time()))
+            # An upload goes stale on its own, with no commit to wake us: never sleep longer
+            # than the upload age (it matters only when that is configured below a minute).
+            cap = min(SWEEP_INTERVAL, max(0.05, self.upload_ttl))
+            wait = cap if due is None else min(cap, max(0.05, due - time.time()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), wait)
             self._kick.clear()

@@ -28,7 +28,7 @@ lint: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak

@@ -144,10 +144,10 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
                 lay = p.layout().to_dict()
                 for m in batch:
                     m.manifest = lay
-                    candidates.append(m)
+                candidates.extend(batch)
                 used.add(p.part_uid)
                 continue
-            if p.meta.get("kind") == "object" and "object" in p.meta:
+            if kind == "object" and "object" in p.meta:
                 if len(p.fragments) < p.scheme.k:
                     report.unreadable.append(p.part_uid)
                     continue

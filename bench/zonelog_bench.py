@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import uvloop
+
 from zonestore.emulated import EmulatedZonedDevice, Geometry, create_emulated_drive
 from zonestore.errors import NoSpace
 from zonestore.zonelog import ZoneLog
@@ -396,7 +398,9 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if bad := [w for w in args.workloads if w not in WORKLOADS]:
         p.error(f"unknown workload(s): {', '.join(bad)}")
-    r = asyncio.run(run(args))
+    # On uvloop, as the node runs its zone logs.
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        r = runner.run(run(args))
     report(r)
     if args.json:
         Path(args.json).write_text(json.dumps(r, indent=2) + "\n")

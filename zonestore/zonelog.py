@@ -451,7 +451,8 @@ class ZoneLog(ZoneAllocator, SpaceAdmission, RecordReader, RecordRelocation):
         """Whether a body stored inside its COMMIT (which cannot be split) fits the rest of
         its class's zone; if not, it is stored as chunks, which can, and the zone is filled
         to its end instead of being finished early."""
-        w = self._classes.get(self.class_of(stream))
+        k = self._stream_class.get(stream)  # a query: class_of would count a use
+        w = self._classes.get(self.class_of(stream) if k is None else k)
         return w is None or w.remaining >= n + INLINE_SLACK
 
     async def _append_commit(self, rid: str, seq: int, gen: int, stream: str, blob: bytes,

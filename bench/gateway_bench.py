@@ -111,10 +111,10 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
 
 def spawn(argv: list[str], **kw) -> subprocess.Popen:
     """Start a server that gets SIGTERM should the benchmark die (no servers left behind)."""
-    from gateway.dev import _child_preexec
+    from gateway.devchild import child_preexec
 
     parent = os.getpid()
-    return subprocess.Popen(argv, preexec_fn=lambda: _child_preexec(parent), **kw)
+    return subprocess.Popen(argv, preexec_fn=lambda: child_preexec(parent), **kw)
 
 
 def server_env() -> dict[str, str]:

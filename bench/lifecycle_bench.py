@@ -39,7 +39,7 @@ def lifecycle_cluster(root: Path, *, zones: int, zone_mib: int, day: float):
     """A dev cluster whose config (written before its first start, which `zonegate dev`
     then reuses) shortens the lifecycle day."""
     from erasure.config import write_config
-    from gateway.dev import new_config
+    from gateway.devconfig import new_config
     from tests.devcluster import DevCluster
     data = root / "lifecycle" / "data"
     cluster = DevCluster(data, nodes=12, zones=zones, zone_size=f"{zone_mib}M", workers=2)

@@ -19,37 +19,37 @@ keeps dying soon after its start; the cluster is never given up.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import fcntl
 import http.client
 import os
-import random
-import secrets
 import shutil
 import signal
-import socket
 import ssl
-import string
 import subprocess
 import sys
-import tempfile
 import time
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
-from erasure.config import ClusterConfig
+from gateway.devchild import Child, child_preexec
+from gateway.devconfig import (
+    PORTS,
+    ROOT_USER,
+    ensure_drives,
+    free_port,
+    new_config,
+    port_free,
+    refresh_config,
+    split_url,
+    write_config,
+)
 from zonestore.cli import _size as parse_size
-from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_drive
+from zonestore.emulated import Geometry
 from zonestore.nodeauth import sign_headers
 
 CONFIG_NAME = "zonegate.toml"
 LOCK_NAME = "zonegate-dev.lock"
-ROOT_USER = "root"
-DRIVES_PER_NODE = 2
 MiB = 1024 * 1024
 # glibc's default trim/mmap thresholds make CPython regrow its heap for every large buffer;
 # measured to matter 2-12x for the servers (shared/notes/performance.md, Makefile).
@@ -59,10 +59,6 @@ MALLOC_ENV = {
     "MALLOC_MMAP_THRESHOLD_": "268435456",
 }
 READY_BANNER = "ZoneGate is ready"
-PR_SET_PDEATHSIG = 1
-RESTART_DELAY_S = 0.5
-RESTART_DELAY_MAX_S = 30.0
-STABLE_S = 60.0  # a child that ran this long before dying is restarted without delay
 REAP_S = 8.0  # what the rest of a dead child's group gets after SIGTERM before SIGKILL
 
 
@@ -102,267 +98,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_dev)
 
 
-# ---------------------------------------------------------------------------------- config
-
-def _random_key(n: int, alphabet: str) -> str:
-    return "".join(secrets.choice(alphabet) for _ in range(n))
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-class PortClaims:
-    """Ports this launcher has chosen, claimed against other `zonegate dev` launchers on the
-    machine: a probe alone cannot see a port another cluster has chosen but whose node has not
-    bound it yet (two clusters on nearby --ports start at the same time). A claim is an flock
-    on DIR/PORT.lock (held until this process exits) naming the cluster and the role."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.gettempdir()) / f"zonegate-dev-ports-{os.getuid()}"
-        self.held: dict[int, int] = {}
-        self.owner = "?"
-
-    def claim(self, port: int, role: str = "") -> bool:
-        if port in self.held:
-            return True
-        try:
-            self.dir.mkdir(mode=0o700, exist_ok=True)
-            fd = os.open(self.dir / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError:
-            return True  # no shared directory: the bind probe alone decides
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{role} of the `zonegate dev` cluster in {self.owner}\n".encode())
-        self.held[port] = fd
-        return True
-
-    def holder(self, port: int) -> str | None:
-        """Who claims `port`, when another launcher does."""
-        if port in self.held:
-            return None
-        try:
-            fd = os.open(self.dir / f"{port}.lock", os.O_RDONLY)
-        except OSError:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return None  # nobody holds it
-        except BlockingIOError:
-            return os.pread(fd, 300, 0).decode(errors="replace").strip() or "another launcher"
-        finally:
-            os.close(fd)
-
-
-PORTS = PortClaims()
-
-
-def _available(host: str, port: int, role: str = "") -> bool:
-    return 0 < port <= 65535 and _port_free(host, port) and PORTS.claim(port, role)
-
-
-def _free_port(host: str, avoid: set[int], role: str = "") -> int:
-    """A free port below the kernel's ephemeral range (32768+), where the machine's outgoing
-    connections would take it back before the node binds it; the kernel's choice if none."""
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(10_000, 32_000)
-        if port not in avoid and _available(host, port, role):
-            return port
-    while True:
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if port not in avoid and PORTS.claim(port, role):
-            return port
-
-
-def _split_url(url: str) -> tuple[str, int]:
-    hostport = url.split("://", 1)[-1].split("/", 1)[0]
-    host, _, port = hostport.rpartition(":")
-    return host, int(port)
-
-
-def new_config(data: Path, nodes: int, host: str, port: int) -> dict[str, Any]:
-    """A fresh cluster configuration (docs/design.md format) with random secrets."""
-    if not 1 <= nodes <= 99:
-        raise ValueError(f"--nodes must be between 1 and 99, not {nodes}")
-    access = os.environ.get("ZONEGATE_ACCESS_KEY") or _random_key(
-        20, string.ascii_uppercase + string.digits)
-    secret = os.environ.get("ZONEGATE_SECRET_KEY") or _random_key(
-        40, string.ascii_letters + string.digits)
-    used = {port}
-    node_list = []
-    for i in range(1, nodes + 1):
-        nid = f"node{i:02d}"
-        nport = port + 100 + i
-        if nport in used or not _available(host, nport, nid):
-            nport = _free_port(host, used, nid)
-        used.add(nport)
-        node_list.append({
-            "id": nid,
-            "url": f"http://{host}:{nport}",
-            "domain": nid,
-            "drives": [str(data / nid / f"d{d}") for d in range(DRIVES_PER_NODE)],
-        })
-    return {
-        "secret": secrets.token_hex(32),
-        # Absolute, so that nothing depends on the directory `zonegate dev` was started from.
-        "erasure": {"state_dir": str(data / "erasure")},
-        "gateway": {
-            "listen": f"{host}:{port}",
-            "metadata": str(data / "gateway" / "meta.sqlite"),
-            "region": "us-east-1",
-        },
-        "users": [{"name": ROOT_USER, "access_key": access, "secret_key": secret}],
-        "nodes": node_list,
-    }
-
-
-def refresh_config(cfg: dict[str, Any], host: str, port: int) -> list[str]:
-    """Adapt a reused configuration to this start: the gateway's port, node ports that are
-    taken by something else, and credentials from the environment. Returns what changed."""
-    notes = []
-    listen = f"{host}:{port}"
-    if cfg.get("gateway", {}).get("listen") != listen:
-        cfg.setdefault("gateway", {})["listen"] = listen
-    used = {port}
-    for node in cfg.get("nodes", []):
-        nhost, nport = _split_url(node["url"])
-        if nport in used or not _available(nhost, nport, node["id"]):
-            new = _free_port(nhost, used, node["id"])
-            notes.append(f"{node['id']}: port {nport} is taken, using {new}")
-            node["url"] = f"http://{nhost}:{new}"
-            nport = new
-        used.add(nport)
-    env_access = os.environ.get("ZONEGATE_ACCESS_KEY")
-    env_secret = os.environ.get("ZONEGATE_SECRET_KEY")
-    if env_access or env_secret:
-        users = cfg.setdefault("users", [])
-        root = next((u for u in users if u.get("name") == ROOT_USER), None)
-        if root is None:
-            root = {"name": ROOT_USER, "access_key": "", "secret_key": ""}
-            users.insert(0, root)
-        if env_access and root["access_key"] != env_access:
-            root["access_key"] = env_access
-            notes.append("root access key taken from ZONEGATE_ACCESS_KEY")
-        if env_secret and root["secret_key"] != env_secret:
-            root["secret_key"] = env_secret
-            notes.append("root secret key taken from ZONEGATE_SECRET_KEY")
-    return notes
-
-
-def write_config(path: Path, cfg: dict[str, Any]) -> None:
-    ClusterConfig.from_dict(cfg, source=str(path))  # refuse to write what nodes would refuse
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds secrets
-    with os.fdopen(fd, "wb") as f:
-        f.write(b"# ZoneGate local cluster, written by `zonegate dev`.\n")
-        tomli_w.dump(cfg, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def ensure_drives(cfg: dict[str, Any], geometry: Geometry) -> int:
-    made = 0
-    for node in cfg["nodes"]:
-        for drive in node["drives"]:
-            if not is_emulated_drive(drive):
-                create_emulated_drive(drive, geometry)
-                made += 1
-    return made
-
-
-# ------------------------------------------------------------------------------- processes
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _child_preexec(parent: int) -> None:
-    # Runs in the child between fork and exec: die with the launcher, however it dies. The
-    # signal follows the *thread* that forked, so the launcher spawns only from its main thread.
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:  # the launcher died before prctl took effect
-        os._exit(1)
-
-
-@dataclass
-class Child:
-    name: str
-    argv: list[str]
-    log: Path
-    proc: Any = None
-    starts: list[float] = field(default_factory=list)
-    failures: int = 0  # deaths in a row, each soon after its start
-    restart_at: float | None = None  # when a dead child is to be started again
-
-    def spawn(self, env: dict[str, str], keep_fds: tuple[int, ...] = ()) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        parent = os.getpid()
-        with open(self.log, "ab") as out:
-            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: "
-                      f"{' '.join(self.argv)}\n".encode())
-            out.flush()
-            self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                env=env, process_group=0, preexec_fn=lambda: _child_preexec(parent),
-                pass_fds=keep_fds,
-            )
-        self.starts.append(time.monotonic())
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal_group(self, sig: int) -> bool:
-        """Signal the child's process group; False when the group is gone."""
-        if self.proc is None:
-            return False
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
-
-    def reap_group(self, grace: float) -> None:
-        """After the child itself died: SIGTERM what is left of its process group (a
-        gateway's workers), SIGKILL it after `grace` seconds, and wait until it is gone."""
-        if not self.signal_group(signal.SIGTERM):
-            return
-        deadline = time.monotonic() + grace
-        while self.signal_group(0):
-            if time.monotonic() > deadline:
-                self.signal_group(signal.SIGKILL)
-                deadline = float("inf")
-            time.sleep(0.1)
-
-    def restart_delay(self, now: float) -> float:
-        """How long to wait before starting the dead child again (doubling while it keeps
-        dying soon after its start)."""
-        if self.starts and now - self.starts[-1] >= STABLE_S:
-            self.failures = 0
-        self.failures += 1
-        if self.failures == 1:
-            return 0.0
-        return min(RESTART_DELAY_MAX_S, RESTART_DELAY_S * 2 ** (self.failures - 2))
-
-    def tail(self, lines: int = 15) -> str:
-        try:
-            text = self.log.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join("    " + t for t in text[-lines:])
-
 
 def _launcher_alive(lock_fd: int) -> bool:
     """Whether the launcher that wrote its pid into the lock file still runs (then waiting is
@@ -376,7 +111,7 @@ def _launcher_alive(lock_fd: int) -> bool:
 
 
 def _http_status(url: str, path: str, headers: dict[str, str], timeout: float = 2.0) -> int | None:
-    host, port = _split_url(url)
+    host, port = split_url(url)
     if url.startswith("https"):
         conn: http.client.HTTPConnection = http.client.HTTPSConnection(
             host, port, timeout=timeout, context=ssl._create_unverified_context())
@@ -460,7 +195,7 @@ class Launcher:
             self.cfg = new_config(self.data, a.nodes or 12, a.host, a.port)
             self.say(f"new cluster: wrote {self.config_path}")
         deadline = time.monotonic() + 5  # a gateway that is still stopping frees it soon
-        while not _port_free(a.host, a.port):
+        while not port_free(a.host, a.port):
             if time.monotonic() > deadline:
                 raise OSError(f"port {a.port} on {a.host} is in use (choose another with --port)")
             time.sleep(0.25)
@@ -504,7 +239,7 @@ class Launcher:
         self.say("rebuilding the metadata store from the nodes: " + " ".join(argv[2:]))
         parent = os.getpid()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=self.env,
-                                preexec_fn=lambda: _child_preexec(parent))
+                                preexec_fn=lambda: child_preexec(parent))
         while proc.poll() is None:
             if self.stopping:
                 proc.terminate()
@@ -565,11 +300,11 @@ class Launcher:
         node = next((n for n in self.cfg["nodes"] if n["id"] == c.name), None)
         if node is None or len(c.starts) > 3:
             return False
-        host, port = _split_url(node["url"])
-        if _port_free(host, port):
+        host, port = split_url(node["url"])
+        if port_free(host, port):
             return False
-        used = {_split_url(n["url"])[1] for n in self.cfg["nodes"]} | {self.args.port}
-        new = _free_port(host, used, c.name)
+        used = {split_url(n["url"])[1] for n in self.cfg["nodes"]} | {self.args.port}
+        new = free_port(host, used, c.name)
         self.say(f"{c.name}: port {port} was taken by another process, moving it to {new}")
         node["url"] = f"http://{host}:{new}"
         write_config(self.config_path, self.cfg)
@@ -601,7 +336,7 @@ class Launcher:
                      "prometheus); going on without it")
             return
         host = self.args.host
-        port = _free_port(host, {_split_url(n["url"])[1] for n in self.cfg["nodes"]},
+        port = free_port(host, {split_url(n["url"])[1] for n in self.cfg["nodes"]},
                           "prometheus")
         doc = promdev.scrape_config(self.cfg, self.endpoint, ca_file=self.ca)
         listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from gateway.dev import _child_preexec
+from gateway.devchild import child_preexec
 
 ACCESS_KEY = "ZGTESTACCESSKEY00001"
 SECRET_KEY = "zgTestSecretKey/0123456789abcdefghijklmn"
@@ -116,7 +116,7 @@ class DevCluster:
             # Should pytest itself be killed, the launcher gets SIGTERM and stops its cluster.
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=self.env(),
-                                         preexec_fn=lambda: _child_preexec(parent))
+                                         preexec_fn=lambda: child_preexec(parent))
         deadline = time.monotonic() + timeout
         while True:
             text = self.output()[offset:]

@@ -15,7 +15,7 @@ import tomllib
 import pytest
 
 from erasure.config import ClusterConfig
-from gateway.dev import new_config, refresh_config
+from gateway.devconfig import new_config, refresh_config
 from gateway.tls import ensure_self_signed
 from tests.devcluster import ACCESS_KEY, SECRET_KEY, ClusterError, DevCluster
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gateway.dev import RESTART_DELAY_MAX_S, STABLE_S, Child
+from gateway.devchild import RESTART_DELAY_MAX_S, STABLE_S, Child
 from gateway.httplimits import HttpLimits
 from gateway.serve import remove_stale_metrics_dirs
 

@@ -519,7 +519,7 @@ async def test_shutdown_lets_a_lean_put_finish_and_refuses_new_ones(node):
 
 
 def test_head_parser_takes_only_what_it_reads_exactly_as_aiohttp():
-    from zonestore.node.fastput import parse_head
+    from zonestore.node.leanhead import parse_head
 
     base = b"PUT /v1/records/x.f01?nonce=ab HTTP/1.1\r\nContent-Length: 3\r\n"
     req = parse_head(base + b"X-A:  b  c \t\r\nX-Empty:")
@@ -552,15 +552,15 @@ def test_head_parser_takes_only_what_it_reads_exactly_as_aiohttp():
 
 
 def test_quick_test_for_requests_aiohttp_answers_in_a_row():
-    from zonestore.node.fastput import _bodiless_other
+    from zonestore.node.leanhead import bodiless_other
 
     get = b"GET /v1/records/x HTTP/1.1\r\nHost: h\r\nAuthorization: a\r\n\r\n"
-    assert _bodiless_other(get)
-    assert _bodiless_other(b"DELETE /v1/records/x?nonce=1 HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert bodiless_other(get)
+    assert bodiless_other(b"DELETE /v1/records/x?nonce=1 HTTP/1.1\r\nHost: h\r\n\r\n")
     for framed in (b"Content-Length: 0", b"content-length:3", b"Transfer-Encoding: chunked",
                    b"Expect: 100-continue", b"Upgrade: h2c"):
-        assert not _bodiless_other(get[:-2] + framed + b"\r\n\r\n"), framed
-    assert not _bodiless_other(get.replace(b"HTTP/1.1", b"HTTP/1.0"))
-    assert not _bodiless_other(get.replace(b"\r\nHost", b"\nHost"))  # a bare LF
-    assert not _bodiless_other(get.replace(b"Host: h", b"Host: h\rX: y"))  # a bare CR
-    assert not _bodiless_other(b"PUT /v1/records/x HTTP/1.1\r\nHost: h\r\n\r\n")  # lean's
+        assert not bodiless_other(get[:-2] + framed + b"\r\n\r\n"), framed
+    assert not bodiless_other(get.replace(b"HTTP/1.1", b"HTTP/1.0"))
+    assert not bodiless_other(get.replace(b"\r\nHost", b"\nHost"))  # a bare LF
+    assert not bodiless_other(get.replace(b"Host: h", b"Host: h\rX: y"))  # a bare CR
+    assert not bodiless_other(b"PUT /v1/records/x HTTP/1.1\r\nHost: h\r\n\r\n")  # lean's

@@ -49,7 +49,6 @@ import asyncio
 import collections
 import json
 import logging
-import re
 import socket
 import time
 from collections.abc import Callable
@@ -58,39 +57,30 @@ from typing import Any
 
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
-from multidict import CIMultiDict
 
 from zonestore.logsetup import take_request_id
 from zonestore.node.body import CHUNK
 from zonestore.node.errors import error_body, refusal
 from zonestore.node.handlers import put_params, store_put
+from zonestore.node.leanhead import (
+    CHUNK_SIZE_RE,
+    MAX_HEADERS,
+    MAX_LINE,
+    TOKEN_RE,
+    VALUE_RE,
+    LeanRequest,
+    bodiless_other,
+    parse_head,
+)
 from zonestore.node.state import NodeState
 from zonestore.nodeauth import UNSIGNED
 
 log = logging.getLogger("zonestore.node")
 
-MAX_LINE = 8190  # the limits the node gives aiohttp (server.py): beyond them aiohttp refuses
-MAX_HEADERS = 64
 MAX_HEAD = 64 * 1024  # a head not complete within this goes to aiohttp (which may refuse it)
 MAX_PENDING = 64 * 1024  # bytes of a next request buffered while a PUT is being answered
 HIGH_WATER = 2 * CHUNK  # body bytes buffered before the socket is paused
 KEEPALIVE_TIMEOUT = 75.0  # aiohttp's: an idle keep-alive connection is closed after this
-
-_QUERY_ITEM = rb"[A-Za-z0-9._~-]+=[A-Za-z0-9._~-]*"
-_REQUEST_LINE = re.compile(
-    rb"PUT (/v1/records/([A-Za-z0-9_:][A-Za-z0-9._:-]{0,199}))"
-    rb"(?:\?(" + _QUERY_ITEM + rb"(?:&" + _QUERY_ITEM + rb")*))? HTTP/1\.1")
-_OTHER_LINE = re.compile(rb"[A-Z]{1,16} /[\x21-\x7e]* HTTP/1\.1")
-_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_VALUE = re.compile(rb"[\x20-\x7e\t]*")
-# A header line: a token, a colon, a value of printable ASCII without its surrounding blanks;
-# at most MAX_LINE characters (obs-fold, bare CR or LF, other bytes: no match). Possessive
-# and atomic parts keep a hostile line from making the match backtrack.
-_PAIR = r"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*+((?:[\x20-\x7e\t]*[\x21-\x7e])?)[ \t]*+\r\n"
-_HEADER_PAIR = re.compile(_PAIR)
-_HEADER_BLOCK = re.compile(rf"(?:(?=[^\r\n]{{0,{MAX_LINE}}}\r\n)(?>{_PAIR}))*")
-_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,15})(?:;[\x20-\x7e\t]*)?")
-_DIGITS = re.compile(r"[0-9]{1,18}")
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
 _CLOSE = "Connection: close\r\n"
 
@@ -102,90 +92,6 @@ _C_SIZE, _C_DATA, _C_CRLF, _C_TRAILER = range(4)
 
 class BodyFramingError(ValueError):
     """The chunked framing of a body broke after its head was accepted."""
-
-
-class _Request:
-    __slots__ = ("body", "declared", "headers", "keep_alive", "query", "raw_id", "raw_path")
-
-    def __init__(self, raw_path: str, raw_id: str, query: list[tuple[str, str]],
-                 headers: CIMultiDict[str], declared: int | None, keep_alive: bool) -> None:
-        self.raw_path = raw_path
-        self.raw_id = raw_id
-        self.query = query
-        self.headers = headers
-        self.declared = declared  # Content-Length, None if chunked
-        self.keep_alive = keep_alive
-        self.body: _Body | None = None
-
-
-def parse_head(head: bytes) -> _Request | int | None:
-    """What to do with a request head (without its final blank line): a `_Request` to serve on
-    the lean path; an int, the length of a request framed by Content-Length (or bodiless) to
-    lend to aiohttp (`Delegate`); None to give aiohttp the connection for good (anything odd,
-    see the module docstring)."""
-    first, _, rest = head.partition(b"\r\n")
-    if len(first) > MAX_LINE:
-        return None
-    m = _REQUEST_LINE.fullmatch(first)
-    if m is None and _OTHER_LINE.fullmatch(first) is None:
-        return None
-    # The header lines checked and split by two regex passes rather than a Python loop.
-    block = rest.decode("latin-1") + "\r\n" if rest else ""
-    if _HEADER_BLOCK.fullmatch(block) is None:
-        return None
-    pairs = _HEADER_PAIR.findall(block)
-    if len(pairs) > MAX_HEADERS:
-        return None
-    headers = CIMultiDict(pairs)
-    # Headers given twice are read as aiohttp reads them (the first), except those framing the
-    # request or the connection, which aiohttp may read otherwise.
-    if "Upgrade" in headers or len(headers.getall("Content-Length", ())) > 1 \
-            or len(headers.getall("Transfer-Encoding", ())) > 1 \
-            or len(headers.getall("Connection", ())) > 1:
-        return None
-    conn = headers.get("Connection")
-    if conn is None:
-        keep_alive = True
-    else:
-        conn = conn.lower()
-        if conn not in ("keep-alive", "close"):
-            return None
-        keep_alive = conn == "keep-alive"
-    te = headers.get("Transfer-Encoding")
-    cl = headers.get("Content-Length")
-    if cl is not None and _DIGITS.fullmatch(cl) is None:
-        return None
-    if m is None or "Expect" in headers:
-        # Another request: aiohttp answers it here if it ends where Content-Length says.
-        return int(cl or 0) if te is None else None
-    if te is not None:
-        if cl is not None or te.lower() != "chunked":
-            return None
-        declared = None
-    elif cl is not None:
-        declared = int(cl)
-    else:
-        return None
-    query = [] if m.group(3) is None else [
-        tuple(item.split("=", 1)) for item in m.group(3).decode("ascii").split("&")]
-    return _Request(m.group(1).decode("ascii"), m.group(2).decode("ascii"), query, headers,
-                    declared, keep_alive)
-
-
-def _bodiless_other(head: bytes) -> bool:
-    """True if `head` (one whole request head, blank line included) is an HTTP/1.1 request
-    that is not a lean PUT and has no body: nothing frames a body (or upgrades), and every line
-    ends with CRLF, so aiohttp's parser too sees it end there. A quicker test than
-    `parse_head` for the requests aiohttp answers in a row (what else it accepts, and how, is
-    its parser's business)."""
-    crlf = head.count(b"\r\n")
-    if head.startswith(b"PUT /v1/records/") \
-            or not head[:head.find(b"\r\n")].endswith(b" HTTP/1.1") \
-            or head.count(b"\n") != crlf or head.count(b"\r") != crlf:
-        return False
-    low = head.lower()
-    return not (b"\ncontent-length:" in low or b"\ntransfer-encoding:" in low
-                or b"\nupgrade:" in low or b"\nexpect:" in low)
 
 
 class _Body:
@@ -313,7 +219,7 @@ class LeanProtocol(asyncio.Protocol):
         self._remote: str | None = None
         self._mode = _HEAD
         self._buf = bytearray()  # an incomplete head, or bytes after the current request
-        self._req: _Request | None = None
+        self._req: LeanRequest | None = None
         self._body: _Body | None = None
         self._chunked = False
         self._remaining = 0  # body bytes still to come (Content-Length) or in this chunk
@@ -441,7 +347,7 @@ class LeanProtocol(asyncio.Protocol):
                 self._buf += data
                 self._arm_idle()
             return
-        if self._aio is not None and end == len(data) - 4 and _bodiless_other(data):
+        if self._aio is not None and end == len(data) - 4 and bodiless_other(data):
             self._delegate(data, len(data))  # the GET after a GET: aiohttp's as it stands
             return
         req = parse_head(data[:end])
@@ -577,7 +483,7 @@ class LeanProtocol(asyncio.Protocol):
                 return
             line = line[:-2]
             if self._cstate == _C_SIZE:
-                m = _CHUNK_SIZE.fullmatch(line)
+                m = CHUNK_SIZE_RE.fullmatch(line)
                 if m is None:
                     self._body_error(f"invalid chunk size {line[:40]!r}")
                     return
@@ -595,8 +501,8 @@ class LeanProtocol(asyncio.Protocol):
                     return
                 self._trailers += 1
                 name, sep, value = line.partition(b":")
-                if not sep or self._trailers > MAX_HEADERS or _TOKEN.fullmatch(name) is None \
-                        or _VALUE.fullmatch(value) is None:
+                if not sep or self._trailers > MAX_HEADERS or TOKEN_RE.fullmatch(name) is None \
+                        or VALUE_RE.fullmatch(value) is None:
                     self._body_error("invalid trailer")
                     return
 
@@ -614,7 +520,7 @@ class LeanProtocol(asyncio.Protocol):
 
     # -- the request -----------------------------------------------------------------------
 
-    async def _serve(self, req: _Request) -> None:
+    async def _serve(self, req: LeanRequest) -> None:
         state = self.server.state
         start = time.perf_counter()
         take_request_id(req.headers)

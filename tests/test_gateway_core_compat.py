@@ -229,7 +229,7 @@ def test_delete_objects_1000_keys_in_one_batch(gw, s3):
     assert sorted(d["Key"] for d in r["Deleted"]) == keys and not r.get("Errors")
     assert s3.list_objects_v2(Bucket="core-del")["KeyCount"] == 0
     # Their fragments go asynchronously, through the orphan queue.
-    assert wait_for(lambda: archive_ids(gw) <= before, 60)
+    assert wait_for(lambda: archive_ids(gw) <= before, 180)  # 60 s was short on a busy machine
     # Absent keys and a bad version id in the same batch: per-key answers, as S3.
     s3.put_object(Bucket="core-del", Key="there", Body=b"x")
     r = s3.delete_objects(Bucket="core-del", Delete={"Objects": [

@@ -263,7 +263,9 @@ def test_readiness_flips_when_the_write_quorum_is_lost_and_back(cluster):
     finally:
         g.nodes.restart(1)
         g.nodes.restart(2)
-    status, doc = settled(g.endpoint + "/health/ready", lambda st, d: st == 200)
+    # Ready again once the quorum is back, which may be before both restarted nodes are seen.
+    status, doc = settled(g.endpoint + "/health/ready",
+                          lambda st, d: st == 200 and d["nodes_down"] == [], timeout=60)
     assert status == 200 and doc["nodes_down"] == []
     status, body = get(g.endpoint + "/health/cluster")
     assert status == 200 and json.loads(body)["nodes_down"] == []

@@ -32,7 +32,7 @@ TEST_WORKERS ?= 1
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) --durations=25
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak

@@ -1,7 +1,7 @@
 """Capacity benchmark: how much of the drives ZoneGate can use, through S3, in one run.
 
 Each workload starts its own `zonegate dev` (12 nodes x 2 emulated drives, ZNS-like limits of
-12 open / 14 active zones, small zones so the drives fill in seconds; tests/devcluster.py) and
+12 open / 14 active zones, small zones so the drives fill in seconds; tests/support/devcluster.py) and
 talks to it with boto3, as users do. Figures come from the S3 answers and from every node's
 `/v1/stats` (summed over all 24 drives).
 
@@ -71,7 +71,7 @@ class Data:
 
 @contextmanager
 def dev_cluster(root: Path, name: str, *, zones: int, zone_size: str, src: Path | None):
-    from tests.devcluster import DevCluster
+    from tests.support.devcluster import DevCluster
 
     class Cluster(DevCluster):
         def env(self) -> dict[str, str]:
@@ -113,7 +113,7 @@ def s3_client(cluster: Any, pool: int = 16) -> Any:
     import boto3
     from botocore.config import Config
 
-    from tests.devcluster import ACCESS_KEY, REGION, SECRET_KEY
+    from tests.support.devcluster import ACCESS_KEY, REGION, SECRET_KEY
     return boto3.client("s3", endpoint_url=cluster.endpoint, aws_access_key_id=ACCESS_KEY,
                         aws_secret_access_key=SECRET_KEY, region_name=REGION,
                         config=Config(retries={"max_attempts": 1}, max_pool_connections=pool,
@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
                    "temporary directory, removed)")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.devcluster
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support.devcluster
     root = a.keep or Path(tempfile.mkdtemp(prefix="zonegate-capacity-"))
     src = a.src.resolve() if a.src else None
     results: dict[str, Any] = {"src": str(src) if src else "this tree"}

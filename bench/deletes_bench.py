@@ -1,5 +1,5 @@
 """DeleteObjects of 1000 small keys through boto3 against a real test cluster
-(tests/gwcluster.py: 6 nodes, 4+2, one gateway process), on an unversioned bucket (objects
+(tests/support/gwcluster.py: 6 nodes, 4+2, one gateway process), on an unversioned bucket (objects
 removed) and a versioning-enabled one (a delete marker per key), then on that one the
 markers by version id and the objects' versions by id; seconds per request.
 
@@ -37,7 +37,7 @@ def worker(tree: Path, keys: int, reps: int, by_id: bool) -> dict[str, list[floa
     """One cluster from `tree`'s code; `reps` timed DeleteObjects per bucket kind."""
     sys.path.insert(0, str(tree))
     os.chdir(tree)
-    from tests.gwcluster import Gateway
+    from tests.support.gwcluster import Gateway
     out: dict[str, list[float]] = {"unversioned": [], "versioned": []}
     with tempfile.TemporaryDirectory(prefix="zg-deletes-") as d:
         g = Gateway(Path(d))

@@ -141,7 +141,7 @@ async def run(args: argparse.Namespace) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from erasure.cluster import ErasureCluster
     from erasure.config import ClusterConfig
-    from tests.nodeproc import NodeCluster
+    from tests.support.nodeproc import NodeCluster
 
     size = args.size_mib * MiB
     block = make_block()

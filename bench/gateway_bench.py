@@ -111,7 +111,7 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
 
 def spawn(argv: list[str], **kw) -> subprocess.Popen:
     """Start a server that gets SIGTERM should the benchmark die (no servers left behind)."""
-    from gateway.devchild import child_preexec
+    from gateway.cli.devchild import child_preexec
 
     parent = os.getpid()
     return subprocess.Popen(argv, preexec_fn=lambda: child_preexec(parent), **kw)

@@ -1,6 +1,6 @@
 """Lifecycle benchmark: checkpoint retention by an S3 lifecycle rule, end to end.
 
-A `zonegate dev` cluster (12 nodes x 2 emulated drives, small zones; tests/devcluster.py) with
+A `zonegate dev` cluster (12 nodes x 2 emulated drives, small zones; tests/support/devcluster.py) with
 a short lifecycle day (`[gateway] lifecycle_day_seconds`). The client writes C checkpoints as
 torch.distributed.checkpoint lays them out (F shard files of S MiB each, boto3 multipart, plus
 a small `.metadata` object per `run1/step-N/` directory); the bucket's lifecycle rule
@@ -39,8 +39,8 @@ def lifecycle_cluster(root: Path, *, zones: int, zone_mib: int, day: float):
     """A dev cluster whose config (written before its first start, which `zonegate dev`
     then reuses) shortens the lifecycle day."""
     from erasure.config import write_config
-    from gateway.devconfig import new_config
-    from tests.devcluster import DevCluster
+    from gateway.cli.devconfig import new_config
+    from tests.support.devcluster import DevCluster
     data = root / "lifecycle" / "data"
     cluster = DevCluster(data, nodes=12, zones=zones, zone_size=f"{zone_mib}M", workers=2)
     data.mkdir(parents=True, exist_ok=True)
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", type=Path, help="keep the cluster's data here")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.devcluster
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support.devcluster
     root = a.keep or Path(tempfile.mkdtemp(prefix="zonegate-lifecycle-"))
     try:
         r = run(root, checkpoints=a.checkpoints, files=a.files, file_mib=a.file_mib,

@@ -11,8 +11,8 @@
    objects then GET them in random order: ops/s, p50/p99 per request, for one gateway on SQLite,
    one on PostgreSQL, and two on PostgreSQL behind HAProxy (loopback).
 
-The cluster is the tests' (tests/multigwcluster.py): 6 node processes, 4+2, one gateway worker
-each; PostgreSQL is a throwaway server (tests/pgserver.py: Debian's binaries, initdb into a
+The cluster is the tests' (tests/support/multigwcluster.py): 6 node processes, 4+2, one gateway worker
+each; PostgreSQL is a throwaway server (tests/support/pgserver.py: Debian's binaries, initdb into a
 temporary directory, fsync on). Numbers from one noisy shared 2-core machine: read the ratios.
 
     python -m bench metadata [--objects 2000] [--list-objects 1000000] [--skip haproxy]
@@ -138,7 +138,7 @@ def s3_client(endpoint: str) -> Any:
     import boto3
     from botocore.config import Config
 
-    from tests.gwcluster import ACCESS_KEY, SECRET_KEY
+    from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY
     return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=ACCESS_KEY,
                         aws_secret_access_key=SECRET_KEY, region_name="us-east-1",
                         config=Config(s3={"addressing_style": "path"}, proxies={},
@@ -203,7 +203,7 @@ def raw_pages(gw: Any, mode: dict[str, str], max_pages: int,
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    from tests.gwcluster import ACCESS_KEY, SECRET_KEY
+    from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY
     signer = S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1")
     host = f"127.0.0.1:{gw.port}"
     conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
@@ -307,15 +307,15 @@ class TreeGateways:
 
     def __init__(self, root: Path, target: str, trees: dict[str, Path],
                  password_file: str | None) -> None:
-        from tests.multigwcluster import MultiGateway
+        from tests.support.multigwcluster import MultiGateway
         self.names = list(trees)
         self.trees = trees
         self.mg = MultiGateway(root, target, gateways=len(trees), password_file=password_file)
         self.mg.start_gateway = self._start  # type: ignore[method-assign]
 
     def _start(self, i: int, timeout: float = 60.0) -> None:
-        from tests.multigwcluster import ready
-        from tests.nodeproc import MALLOC_ENV
+        from tests.support.multigwcluster import ready
+        from tests.support.nodeproc import MALLOC_ENV
         gw, tree = self.mg.gws[i], self.trees[self.names[i]]
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(MALLOC_ENV, PYTHONUNBUFFERED="1")
@@ -439,7 +439,7 @@ backend gateways
 
 def run_backend(name: str, target: str, root: Path, args: argparse.Namespace,
                 password_file: str | None, pg_pid: int | None = None) -> dict[str, Any]:
-    from tests.multigwcluster import MultiGateway
+    from tests.support.multigwcluster import MultiGateway
     res: dict[str, Any] = {}
     print(f"[{name}] filling {args.list_objects} objects in bulk ...", flush=True)
     res.update(asyncio.run(fill(target, args.list_objects, password_file, args.max_pages,
@@ -471,7 +471,7 @@ def small_interleaved(targets: dict[str, str], root: Path, args: argparse.Namesp
     by the minute, a ratio of measurements taken minutes apart says little."""
     import contextlib
 
-    from tests.multigwcluster import MultiGateway
+    from tests.support.multigwcluster import MultiGateway
     rounds: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         mgs = {name: stack.enter_context(MultiGateway(
@@ -499,8 +499,8 @@ def small_interleaved(targets: dict[str, str], root: Path, args: argparse.Namesp
 
 def run_haproxy(target: str, root: Path, args: argparse.Namespace,
                 password_file: str | None) -> dict[str, Any] | None:
-    from tests.gwcluster import free_port
-    from tests.multigwcluster import MultiGateway
+    from tests.support.gwcluster import free_port
+    from tests.support.multigwcluster import MultiGateway
     if shutil.which("haproxy") is None:
         print("[haproxy] skipped: haproxy is not installed", flush=True)
         return None
@@ -547,7 +547,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     skip = {s for s in args.skip.split(",") if s}
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.pgserver import PgServer
+    from tests.support.pgserver import PgServer
     root = Path(tempfile.mkdtemp(prefix="zonegate-metabench-"))
     results: dict[str, Any] = {"objects": args.objects, "list_objects": args.list_objects}
     pg = None

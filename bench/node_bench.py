@@ -1,7 +1,7 @@
 """Storage node benchmark: CPU cost per byte of one real node process's data path.
 
 PUTs then GETs `--total` MiB of `--record` MiB records through one `zonegate node` process
-(tests/nodeproc.py NodeCluster: 2 emulated zoned drives, fdatasync'd) with an aiohttp client,
+(tests/support/nodeproc.py NodeCluster: 2 emulated zoned drives, fdatasync'd) with an aiohttp client,
 `--concurrency` requests at a time, and reports MB/s and the node's CPU seconds (user + system,
 from /proc/<pid>/stat) per GiB of record bytes. PUT bodies are sent chunked in `--piece` KiB
 writes, like the gateway's node client sends erasure fragments. The client streams one preallocated buffer and
@@ -30,7 +30,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.nodeproc import TEST_GEOMETRY, NodeCluster  # noqa: E402
+from tests.support.nodeproc import TEST_GEOMETRY, NodeCluster  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30

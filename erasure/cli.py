@@ -14,7 +14,7 @@ from rich.console import Console
 from erasure.config import ClusterConfig
 from zonestore.progress import progress as make_progress
 
-# Set by the composing CLI (gateway/cli.py): config -> an object with snapshot() (part uid ->
+# Set by the composing CLI (gateway/cli/main.py): config -> an object with snapshot() (part uid ->
 # owner), why_not_rebuilt(part uid) and queues() (ErasureCluster keyword arguments: the
 # shared repair queue and deletion records), or None. This layer cannot import the gateway.
 OWNERS: Callable[[ClusterConfig], Any] | None = None

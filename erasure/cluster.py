@@ -78,7 +78,7 @@ class ErasureCluster:
         self.placement = Placement(config.slots(), self.scheme.n)
         self.write_quorum = config.erasure.write_quorum
         self.node_timeout = config.erasure.node_timeout
-        # shared by every gateway when the caller passes its store's (gateway/queues.py)
+        # shared by every gateway when the caller passes its store's (gateway/store/erasurequeues.py)
         self.repair_queue: RepairStore = repair_queue or RepairQueue(
             state_dir or config.erasure.state_dir)
         self.deletions: DeletionStore = deletions or Deletions(

@@ -3,7 +3,7 @@
 Two small async contracts (`RepairStore`, `DeletionStore`) and their file implementations under
 `<state_dir>/` (one JSON file per part), for erasure-only use: tests, `zonegate repair` on a
 machine without the gateway's store. The gateway passes implementations over its metadata
-store instead (gateway/queues.py), so that every gateway sees one queue: claims carry a lease,
+store instead (gateway/store/erasurequeues.py), so that every gateway sees one queue: claims carry a lease,
 so two healers never rebuild the same part, and a dead gateway's leases run out.
 
 Writers add a record when a write succeeds without every fragment; readers when they meet a

@@ -3,7 +3,7 @@
 Every test module under tests/ sees these, so each name says what it is and cannot shadow, or
 be shadowed by, a module's own fixture (several modules have a `dev` of their own).
 
-zbd_path / zbd_dev: the libzbd tests (tests/test_zbd_*.py) run once per real zoned block
+zbd_path / zbd_dev: the libzbd tests (tests/zonestore/test_zbd_*.py) run once per real zoned block
 device the QEMU harness names in ZONEGATE_ZONED_DEVICES, and skip where there is none.
 """
 

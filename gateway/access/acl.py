@@ -14,7 +14,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from gateway.access.identity import Requester, canonical_id, is_canonical_id
-from gateway.errors import S3Error
+from gateway.s3.errors import S3Error
 
 S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 XSI_NS = "http://www.w3.org/2001/XMLSchema-instance"
@@ -169,7 +169,7 @@ def _local(tag: object) -> str:
 def parse_xml(body: bytes, owner: str, known_id: IdLookup) -> list[Grant]:
     """An AccessControlPolicy document -> grants; MalformedACLError if it is not one (an
     Owner naming someone other than the resource's owner included)."""
-    from gateway.xmlio import parse_untrusted
+    from gateway.s3.xmlio import parse_untrusted
     bad = S3Error("MalformedACLError")
     try:
         root = parse_untrusted(body)

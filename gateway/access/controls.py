@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from gateway.errors import S3Error
+from gateway.s3.errors import S3Error
 
 S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 OWNERSHIPS = ("BucketOwnerEnforced", "BucketOwnerPreferred", "ObjectWriter")
@@ -47,7 +47,7 @@ def check_ownership(value: str) -> str:
 
 
 def parse_ownership_xml(body: bytes) -> str:
-    from gateway.xmlio import parse_untrusted
+    from gateway.s3.xmlio import parse_untrusted
     root = parse_untrusted(body)
     if _local(root.tag) != "OwnershipControls":
         raise S3Error("MalformedXML")
@@ -102,7 +102,7 @@ def pab_doc(pab: PublicAccessBlock | None) -> str:
 
 
 def parse_pab_xml(body: bytes) -> PublicAccessBlock:
-    from gateway.xmlio import parse_untrusted
+    from gateway.s3.xmlio import parse_untrusted
     root = parse_untrusted(body)
     if _local(root.tag) != "PublicAccessBlockConfiguration":
         raise S3Error("MalformedXML")

@@ -20,7 +20,7 @@ from gateway.access import actions as act
 from gateway.access import conditions, wildcard
 from gateway.access.conditions import Context, Test
 from gateway.access.identity import Requester, canonical_id, is_canonical_id
-from gateway.errors import S3Error
+from gateway.s3.errors import S3Error
 
 MAX_POLICY_BYTES = 20 * 1024
 VERSIONS = ("2012-10-17", "2008-10-17")

@@ -32,8 +32,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from gateway.devchild import Child, child_preexec
-from gateway.devconfig import (
+from gateway.cli.devchild import Child, child_preexec
+from gateway.cli.devconfig import (
     PORTS,
     ROOT_USER,
     ensure_drives,
@@ -219,7 +219,7 @@ class Launcher:
                        "--log-level", "info", "--log-format", a.log_format]
         self.cert = self.ca = None
         if a.tls:
-            from gateway.tls import ensure_dev_ca
+            from gateway.server.tls import ensure_dev_ca
             self.ca, self.cert, key = ensure_dev_ca(self.data / "tls", (a.host,))
             serve += ["--tls-cert", str(self.cert), "--tls-key", str(key)]
         self.gateway = Child("gateway", serve, logs / "gateway.log")
@@ -329,7 +329,7 @@ class Launcher:
         return True
 
     def _start_prometheus(self) -> None:
-        from gateway import promdev
+        from gateway.cli import promdev
         exe = promdev.binary()
         if exe is None:
             self.say("--prometheus: no `prometheus` binary on PATH (Debian: apt-get install "

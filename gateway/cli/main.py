@@ -7,14 +7,14 @@ import sys
 from collections.abc import Sequence
 
 from erasure import cli as erasure_cli
-from gateway import audit as gateway_audit
-from gateway import bucketmarkers as gateway_bucketmarkers
-from gateway import dev as gateway_dev
-from gateway import recover as gateway_recover
-from gateway import serve as gateway_serve
-from gateway import status as gateway_status
-from gateway import usercli as gateway_users
+from gateway.cli import dev as gateway_dev
+from gateway.cli import status as gateway_status
+from gateway.cli import users as gateway_users
 from gateway.metadata import cli as gateway_metadata
+from gateway.server import serve as gateway_serve
+from gateway.store import bucketmarkers as gateway_bucketmarkers
+from gateway.store import partowners as gateway_audit
+from gateway.store import recover as gateway_recover
 from zonestore import cli as zonestore_cli
 
 

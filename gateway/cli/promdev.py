@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-# What deploy/prometheus.yml holds (tests/test_deploy_prometheus.py keeps the two equal).
+# What deploy/prometheus.yml holds (tests/cluster/test_deploy_prometheus.py keeps the two equal).
 DEFAULT_SCRAPE: dict[str, Any] = {
     "global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
     "scrape_configs": [

@@ -115,8 +115,8 @@ async def gather_status(config: ClusterConfig, node_timeout: float = 5.0) -> dic
 async def repair_backlog(config: ClusterConfig) -> tuple[int | None, str]:
     """(parts awaiting repair or None when unknown here, where the queue is): the gateways'
     metadata store when this machine reaches it, else an older gateway's state directory."""
-    from gateway.audit import owners_for
     from gateway.metadata import describe, store_from_config, store_path
+    from gateway.store.partowners import owners_for
     target = store_path(config.gateway)
     if owners_for(config) is not None:  # a database URL, or the SQLite file is here
         store = store_from_config(config.gateway)

@@ -3,7 +3,7 @@
 
 `add` prints the new secret key once (it is never shown, listed or logged again); `list`
 shows access keys, names and canonical ids, never secrets. Gateways pick up a new user on
-its first request, and stop taking a removed one's key within a few seconds (gateway/users.py).
+its first request, and stop taking a removed one's key within a few seconds (gateway/server/users.py).
 """
 
 from __future__ import annotations

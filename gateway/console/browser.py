@@ -15,9 +15,9 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from gateway.auth import sigv4
-from gateway.auth.common import format_amz_date
-from gateway.errors import S3Error
+from gateway.s3.auth import sigv4
+from gateway.s3.auth.common import format_amz_date
+from gateway.s3.errors import S3Error
 
 PRESIGN_SECONDS = 300
 MAX_KEYS = 1000

@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.health import cluster_health, refresh_nodes
+from gateway.server.health import cluster_health, refresh_nodes
 
 NODE_TIMEOUT = 3.0
 CACHE_SECONDS = 1.0
@@ -121,7 +121,7 @@ def request_counters() -> dict[str, Any]:
     """Cumulative S3 request counts by operation and status class, node calls by outcome and
     the erasure event counters, from the gateway's Prometheus registry (all workers). The
     page turns two successive answers into rates."""
-    from gateway.metrics import PREFIX, get_metrics, multiprocess_active
+    from gateway.server.metrics import PREFIX, get_metrics, multiprocess_active
 
     if multiprocess_active():
         from prometheus_client import CollectorRegistry, multiprocess

@@ -11,7 +11,7 @@
     GET  /console/api/object?bucket=&key=
     GET  /console/api/presign?bucket=&key=    a presigned download URL (5 minutes)
 
-Like the operator endpoints (gateway/health.py), these are answered only for *unsigned*
+Like the operator endpoints (gateway/server/health.py), these are answered only for *unsigned*
 requests: a signed request to /console/... is S3 (a bucket named "console"), and S3 refuses
 every unsigned request, so the two never meet. The cookie's Path is /console, so it never
 rides along on S3 requests either.
@@ -41,9 +41,9 @@ from gateway.console.session import (
     cookie_header,
     same_origin,
 )
-from gateway.errors import S3Error
-from gateway.health import is_signed
-from gateway.metrics import ASGIApp, Receive, Scope, Send
+from gateway.s3.errors import S3Error
+from gateway.server.health import is_signed
+from gateway.server.metrics import ASGIApp, Receive, Scope, Send
 
 log = logging.getLogger("zonegate.console")
 

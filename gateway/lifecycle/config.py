@@ -22,10 +22,10 @@ import uuid
 from typing import Any
 from xml.etree.ElementTree import Element, SubElement, tostring
 
-from gateway.errors import S3Error
-from gateway.numbers import INT32_MAX, parse_uint
-from gateway.tagging import one_tag
-from gateway.xmlio import S3_NS, parse_untrusted
+from gateway.s3.errors import S3Error
+from gateway.s3.numbers import INT32_MAX, parse_uint
+from gateway.s3.tagsets import one_tag
+from gateway.s3.xmlio import S3_NS, parse_untrusted
 
 MAX_RULES = 1000
 MAX_ID = 255

@@ -26,11 +26,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import S3Error
 from gateway.lifecycle import config as lcconfig
 from gateway.lifecycle import rules
 from gateway.metadata.store import StoreUnavailableError
 from gateway.ops.versioning import delete_current, state_of
+from gateway.s3.errors import S3Error
 
 log = logging.getLogger("zonegate.lifecycle")
 

@@ -128,7 +128,7 @@ MIGRATIONS: list[str] = [
     """,
     # the repair queue and deletion records, shared by every gateway (issue 13)
     QUEUES_MIGRATION,
-    # the archive recording tags/ACL set after a version's write (gateway/tagarchives.py)
+    # the archive recording tags/ACL set after a version's write (gateway/store/tagarchives.py)
     "ALTER TABLE versions ADD COLUMN meta_part TEXT",
 ]
 
@@ -546,7 +546,7 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
         return await self._read(lambda c: c.fetchval("SELECT COUNT(*) FROM orphans"))
 
     async def part_owners(self) -> dict[str, str]:
-        from gateway.bucketmarkers import marker_uid
+        from gateway.store.bucketmarkers import marker_uid
 
         async def snap(c: asyncpg.Connection) -> dict[str, str]:
             out: dict[str, str] = {}

@@ -4,7 +4,7 @@ They live in the store (not in files under `erasure.state_dir`) so that every ga
 store sees the same queue: a part queued by one gateway is healed by exactly one of them
 (`repair_claim` leases records, FOR UPDATE SKIP LOCKED on PostgreSQL, and a dead gateway's
 lease runs out), and a rebuild on one gateway sees a deletion begun on another. Layouts are
-opaque dicts here too; gateway/queues.py adapts these methods to erasure's contracts.
+opaque dicts here too; gateway/store/erasurequeues.py adapts these methods to erasure's contracts.
 """
 
 from __future__ import annotations

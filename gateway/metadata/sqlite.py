@@ -113,7 +113,7 @@ MIGRATIONS: list[str] = [
     """,
     # the repair queue and deletion records, shared by every gateway (issue 13)
     QUEUES_MIGRATION,
-    # the archive recording tags/ACL set after a version's write (gateway/tagarchives.py)
+    # the archive recording tags/ACL set after a version's write (gateway/store/tagarchives.py)
     "ALTER TABLE versions ADD COLUMN meta_part TEXT",
 ]
 
@@ -549,8 +549,8 @@ class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, MetadataStore):
     def _part_owners(self) -> dict[str, str]:
         """Every part uid something here owns -> what: "live" (an object's part or manifest,
         an upload's part, a bucket's marker), "pending write" or "queued for deletion" (the
-        orphan queue). For the fragment audit (gateway/audit.py)."""
-        from gateway.bucketmarkers import marker_uid
+        orphan queue). For the fragment audit (gateway/store/partowners.py)."""
+        from gateway.store.bucketmarkers import marker_uid
         out: dict[str, str] = {}
         c = self._conn()
         c.execute("BEGIN")  # one snapshot of every table

@@ -15,8 +15,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import S3Error
 from gateway.metadata.queues import QueueStore
+from gateway.s3.errors import S3Error
 
 
 @dataclass
@@ -51,7 +51,7 @@ class ObjectRecord:
     # the caller with gateway.metadata.versionids.new_version_id().
     version_id: str = "null"
     # Layout of the 0-byte archive recording tags/ACL set after the write
-    # (gateway/tagarchives.py); kept on the version only (None in `objects` rows).
+    # (gateway/store/tagarchives.py); kept on the version only (None in `objects` rows).
     meta_part: dict[str, Any] | None = None
 
     def layouts(self) -> list[dict[str, Any]]:
@@ -328,14 +328,14 @@ class MetadataStore(QueueStore, abc.ABC):
         """DeleteObjects on any bucket, in one transaction: per item (see DeleteItem) what
         delete_version, put_delete_marker or delete_object returns, in order. `release` as
         put_object's (the markers' pending marks). Freed layouts are queued once per part
-        (markers of one DeleteObjects share a batch part, gateway/deletemarkers.py)."""
+        (markers of one DeleteObjects share a batch part, gateway/store/deletemarkers.py)."""
 
     @abc.abstractmethod
     async def live_markers(self, bucket: str, part_uid: str,
                            members: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """Those of the delete markers `members` ((key, version_id) in `bucket`) still stored
         with the part `part_uid` as their manifest: a batch part of markers is deleted only
-        after its last marker (gateway/deletemarkers.py)."""
+        after its last marker (gateway/store/deletemarkers.py)."""
 
     @abc.abstractmethod
     async def move_markers(self, bucket: str, part_uid: str,
@@ -482,7 +482,7 @@ class MetadataStore(QueueStore, abc.ABC):
     async def part_owners(self) -> dict[str, str]:
         """Every part uid something here owns -> "live" (any version's part or manifest, a
         delete marker's part, an upload's part, a bucket's marker), "pending write" or "queued for deletion" (the orphan
-        queue), read in one snapshot. For the fragment audit (gateway/audit.py)."""
+        queue), read in one snapshot. For the fragment audit (gateway/store/partowners.py)."""
 
     @abc.abstractmethod
     async def close(self) -> None: ...

@@ -158,7 +158,7 @@ def once_per_part(layouts: list[dict]) -> list[dict]:
 def fields_are(expect: dict[str, Any] | None, tags: str | None, acl: str | None) -> bool:
     """Whether a version's stored tags / ACL (JSON columns) hold the values `expect` names:
     a tag or ACL change commits only if the other field is still what its archive records
-    (gateway/tagarchives.py), so the newest archive never carries a stale one."""
+    (gateway/store/tagarchives.py), so the newest archive never carries a stale one."""
     if not expect:
         return True
     have = {"tags": json.loads(tags) if tags else {},

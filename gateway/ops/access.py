@@ -21,9 +21,9 @@ from gateway.access.controls import ownership_from_doc, pab_from_doc
 from gateway.access.evaluate import BucketAccess, Decision, ObjectAccess, decide
 from gateway.access.identity import ACCOUNT, Requester, canonical_id, user_arn
 from gateway.access.policy import Policy, parse_policy
-from gateway.errors import S3Error
 from gateway.metadata import BucketRecord
 from gateway.ops.common import S3Request
+from gateway.s3.errors import S3Error
 
 # Handler (module.function) -> S3 action. Other branches' handlers add their entries here.
 ACTIONS: dict[str, str] = {
@@ -48,12 +48,12 @@ ACTIONS: dict[str, str] = {
     "gateway.ops.copy.copy_object": "PutObject",
     "gateway.ops.versioning.delete_object": "DeleteObject",
     "gateway.ops.versioning.delete_objects": "DeleteObject",
-    "gateway.ops.tags.get_object_tagging": "GetObjectTagging",
-    "gateway.ops.tags.put_object_tagging": "PutObjectTagging",
-    "gateway.ops.tags.delete_object_tagging": "DeleteObjectTagging",
-    "gateway.ops.tags.get_bucket_tagging": "GetBucketTagging",
-    "gateway.ops.tags.put_bucket_tagging": "PutBucketTagging",
-    "gateway.ops.tags.delete_bucket_tagging": "PutBucketTagging",
+    "gateway.ops.tagging.get_object_tagging": "GetObjectTagging",
+    "gateway.ops.tagging.put_object_tagging": "PutObjectTagging",
+    "gateway.ops.tagging.delete_object_tagging": "DeleteObjectTagging",
+    "gateway.ops.tagging.get_bucket_tagging": "GetBucketTagging",
+    "gateway.ops.tagging.put_bucket_tagging": "PutBucketTagging",
+    "gateway.ops.tagging.delete_bucket_tagging": "PutBucketTagging",
     "gateway.ops.lifecycle.get_bucket_lifecycle": "GetLifecycleConfiguration",
     "gateway.ops.lifecycle.put_bucket_lifecycle": "PutLifecycleConfiguration",
     "gateway.ops.lifecycle.delete_bucket_lifecycle": "PutLifecycleConfiguration",

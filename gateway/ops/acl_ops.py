@@ -15,11 +15,11 @@ from starlette.responses import Response
 
 from gateway.access import acl
 from gateway.access.evaluate import BucketAccess
-from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord, UploadRecord
 from gateway.ops.bucketconfig import save_bucket_acl
 from gateway.ops.common import S3Request, read_small_body, require_bucket, xml_response
-from gateway.tagarchives import save_change
+from gateway.s3.errors import S3Error
+from gateway.store.tagarchives import save_change
 
 UPLOAD_ACL_HEADER = "x-zg-acl"  # kept in an upload's stored headers until it completes
 

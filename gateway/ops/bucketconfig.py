@@ -1,5 +1,5 @@
 """Saving a bucket's configuration documents and ACL: in the metadata store, then in the
-bucket's marker on the nodes (gateway/bucketmarkers.py), so `recover-metadata` brings them
+bucket's marker on the nodes (gateway/store/bucketmarkers.py), so `recover-metadata` brings them
 back. The operations (versioning, lifecycle, tagging, policy, CORS, ACLs, ...) call these after
 validating and normalising the client's document.
 
@@ -18,8 +18,8 @@ import weakref
 from typing import Any
 
 from erasure.errors import ErasureError
-from gateway import bucketmarkers
-from gateway.errors import S3Error
+from gateway.s3.errors import S3Error
+from gateway.store import bucketmarkers
 
 log = logging.getLogger("zonegate.bucketconfig")
 

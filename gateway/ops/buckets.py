@@ -2,7 +2,7 @@
 (versioning: gateway/ops/versioning.py).
 
 CreateBucket and DeleteBucket also write and remove the bucket's marker on the nodes
-(gateway/bucketmarkers.py says why, and in which order).
+(gateway/store/bucketmarkers.py says why, and in which order).
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ import re
 from starlette.responses import Response
 
 from erasure.errors import ErasureError
-from gateway import bucketmarkers
 from gateway.access import acl
 from gateway.access import controls as ctl
-from gateway.errors import S3Error
 from gateway.metadata import BucketRecord
 from gateway.metadata.store import BucketNotEmptyError
 from gateway.ops.common import (
@@ -31,6 +29,8 @@ from gateway.ops.common import (
     x,
     xml_response,
 )
+from gateway.s3.errors import S3Error
+from gateway.store import bucketmarkers
 
 log = logging.getLogger("zonegate.buckets")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")

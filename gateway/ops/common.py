@@ -17,14 +17,14 @@ from xml.sax.saxutils import escape
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import checksums
-from gateway.auth import RequestBody
-from gateway.errors import S3Error
-from gateway.numbers import INT32_MAX, uint_arg
-from gateway.storage import coalesce
+from gateway.s3 import checksums
+from gateway.s3.auth import RequestBody
+from gateway.s3.errors import S3Error
+from gateway.s3.numbers import INT32_MAX, uint_arg
+from gateway.store.storage import coalesce
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.server.app import Gateway
 
 S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 MiB = 1024 * 1024
@@ -55,7 +55,7 @@ class S3Request:
     key: str
     query: dict[str, str]
     user: str = ""
-    auth: Any = None          # gateway.auth.AuthResult once authenticated
+    auth: Any = None          # gateway.s3.auth.AuthResult once authenticated
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -315,7 +315,7 @@ class _Pairs:
 def parse_xml(data: bytes) -> Any:
     """Parse an untrusted XML document (xmlio.parse_untrusted: defusedxml, any failure is
     MalformedXML), dropping namespaces."""
-    from gateway.xmlio import parse_untrusted
+    from gateway.s3.xmlio import parse_untrusted
     root = parse_untrusted(data)
     for e in root.iter():
         if isinstance(e.tag, str) and "}" in e.tag:

@@ -11,10 +11,7 @@ from urllib.parse import unquote
 
 from starlette.responses import Response
 
-from gateway import checksums
-from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
-from gateway.numbers import parse_uint, shown
 from gateway.ops import versioning
 from gateway.ops.access import authorize_source
 from gateway.ops.acl_ops import new_object_acl
@@ -40,8 +37,11 @@ from gateway.ops.objects import (
     store_object,
     write_single,
 )
-from gateway.ops.tags import copy_tags
-from gateway.storage import CopyBody, new_version
+from gateway.ops.tagging import copy_tags
+from gateway.s3 import checksums
+from gateway.s3.errors import S3Error
+from gateway.s3.numbers import parse_uint, shown
+from gateway.store.storage import CopyBody, new_version
 
 _COPY_RANGE = re.compile(r"^bytes=([0-9]+)-([0-9]+)$")  # [0-9]: \d takes other digits
 

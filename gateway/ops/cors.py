@@ -1,5 +1,5 @@
 """CORS operations: Put/Get/DeleteBucketCors, the OPTIONS preflight, and the Access-Control-*
-headers on answers to requests that carry an Origin (gateway/cors.py has the rules).
+headers on answers to requests that carry an Origin (gateway/s3/corsrules.py has the rules).
 
 The preflight needs no signature (browsers never sign one). Every request with an Origin reads
 the bucket's configuration, so each worker keeps it for CACHE_SECONDS (`CorsCache`): a page of
@@ -19,10 +19,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import cors
-from gateway.errors import S3Error
 from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import S3Request, read_small_body, require_bucket
+from gateway.s3 import corsrules as cors
+from gateway.s3.errors import S3Error
 
 log = logging.getLogger("zonegate.cors")
 CACHE_SECONDS = 1.5
@@ -149,7 +149,7 @@ async def answer_headers(gw: Any, request: Request) -> list[tuple[str, str]]:
     if not origin or request.method == "OPTIONS":
         return []
     try:
-        from gateway.app import request_target
+        from gateway.server.app import request_target
         bucket = request_target(gw, request).bucket
         if not bucket:
             return []

@@ -13,12 +13,12 @@ from typing import Any
 
 from starlette.responses import Response
 
-from gateway.errors import S3Error
 from gateway.lifecycle import config as lcconfig
 from gateway.lifecycle import rules
 from gateway.metadata import ObjectRecord
 from gateway.ops.common import S3Request, bucket_config, read_small_body, require_bucket
-from gateway.ops.tags import require_integrity_header, save_config
+from gateway.ops.tagging import require_integrity_header, save_config
+from gateway.s3.errors import S3Error
 
 MAX_LIFECYCLE_BODY = 4 * 1024 * 1024  # 1000 rules of several tags each fit
 
@@ -69,7 +69,7 @@ async def expiration_headers(req: S3Request, obj: ObjectRecord) -> dict[str, str
 
 async def tag_and_expiry_headers(req: S3Request, obj: ObjectRecord) -> dict[str, str]:
     """The headers GET and HEAD add for tagging and lifecycle."""
-    from gateway.ops.tags import tag_count_header
+    from gateway.ops.tagging import tag_count_header
     return {**tag_count_header(obj), **await expiration_headers(req, obj)}
 
 

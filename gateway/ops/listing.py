@@ -11,7 +11,6 @@ from xml.sax.saxutils import escape
 
 from starlette.responses import Response
 
-from gateway.errors import S3Error
 from gateway.metadata import ListPage
 from gateway.ops.common import (
     S3_NS,
@@ -24,6 +23,7 @@ from gateway.ops.common import (
     require_bucket,
     xml_response,
 )
+from gateway.s3.errors import S3Error
 
 Encoder = Callable[[str], str]
 

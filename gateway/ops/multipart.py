@@ -2,7 +2,7 @@
 ListMultipartUploads.
 
 Each part is its own erasure-coded part (uid = fresh uuid + `.p{n}`, stream hint = the key's
-"directory", gateway/streams.py),
+"directory", gateway/store/streamhints.py),
 so re-uploading a part number never touches the fragments of the earlier attempt until the
 store has swapped them. Complete writes a manifest part (part 0) naming the parts in order and
 the final object metadata, so `recover-metadata` can rebuild the object from the nodes.
@@ -18,11 +18,8 @@ from urllib.parse import quote
 
 from starlette.responses import Response
 
-from gateway import checksums
-from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord, PartRecord, UploadRecord
 from gateway.metadata.store import NoSuchBucketError, UploadChangedError
-from gateway.numbers import INT32_MAX, parse_uint
 from gateway.ops import versioning
 from gateway.ops.acl_ops import from_upload, upload_acl_headers
 from gateway.ops.common import (
@@ -58,9 +55,12 @@ from gateway.ops.objects import (
     put_conditions,
     store_object,
 )
-from gateway.ops.tags import split_upload_tags, upload_headers_with_tags
-from gateway.storage import MANIFEST_PART, CopyBody, new_version, part_uid
-from gateway.streams import stream_hint
+from gateway.ops.tagging import split_upload_tags, upload_headers_with_tags
+from gateway.s3 import checksums
+from gateway.s3.errors import S3Error
+from gateway.s3.numbers import INT32_MAX, parse_uint
+from gateway.store.storage import MANIFEST_PART, CopyBody, new_version, part_uid
+from gateway.store.streamhints import stream_hint
 
 
 async def _get_upload(req: S3Request) -> UploadRecord:

@@ -12,11 +12,8 @@ from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 
-from gateway import checksums
-from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
 from gateway.metadata.store import NoSuchBucketError
-from gateway.numbers import parse_uint, shown
 from gateway.ops import versioning
 from gateway.ops.acl_ops import new_object_acl
 from gateway.ops.common import (
@@ -37,9 +34,12 @@ from gateway.ops.common import (
     user_metadata,
 )
 from gateway.ops.lifecycle import expiration_headers, tag_and_expiry_headers
-from gateway.ops.tags import request_tags
-from gateway.storage import COALESCE, MANIFEST_PART, new_version, part_uid
-from gateway.streams import stream_hint
+from gateway.ops.tagging import request_tags
+from gateway.s3 import checksums
+from gateway.s3.errors import S3Error
+from gateway.s3.numbers import parse_uint, shown
+from gateway.store.storage import COALESCE, MANIFEST_PART, new_version, part_uid
+from gateway.store.streamhints import stream_hint
 
 RESPONSE_OVERRIDES = {
     "response-content-type": "Content-Type",

@@ -9,7 +9,6 @@ from starlette.responses import Response
 from gateway.access import acl
 from gateway.access import controls as ctl
 from gateway.access.policy import MAX_POLICY_BYTES, parse_policy
-from gateway.errors import S3Error
 from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import (
     S3_NS,
@@ -19,6 +18,7 @@ from gateway.ops.common import (
     require_bucket,
     xml_response,
 )
+from gateway.s3.errors import S3Error
 
 
 async def save_config(req: S3Request, kind: str, doc: str | None) -> None:

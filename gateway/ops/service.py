@@ -7,8 +7,8 @@ import binascii
 
 from starlette.responses import Response
 
-from gateway.errors import S3Error
 from gateway.ops.common import S3_NS, S3Request, el, int_arg, iso8601, owner_xml, xml_response
+from gateway.s3.errors import S3Error
 
 
 def _untoken(token: str) -> str:

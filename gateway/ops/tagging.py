@@ -1,7 +1,7 @@
 """Object and bucket tagging: Put/Get/DeleteObjectTagging (per version),
 Put/Get/DeleteBucketTagging, and the `x-amz-tagging` header of the writes.
 
-Tag sets are validated by gateway/tagging.py; object tags live on each version
+Tag sets are validated by gateway/s3/tagsets.py; object tags live on each version
 (`ObjectRecord.tags`, `store.put_object_tags`), bucket tags in the bucket's `tagging`
 config document (JSON). A multipart upload keeps the tags of its CreateMultipartUpload in
 its stored headers under UPLOAD_TAGS_HEADER until Complete moves them onto the object.
@@ -14,14 +14,14 @@ from typing import Any
 
 from starlette.responses import Response
 
-from gateway import checksums
-from gateway.errors import S3Error
 from gateway.metadata import ObjectRecord
 from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import S3Request, read_small_body, require_bucket
 from gateway.ops.versioning import checked_version_id, object_for_read
-from gateway.tagarchives import save_change
-from gateway.tagging import parse_tagging, parse_tagging_header, render_tagging
+from gateway.s3 import checksums
+from gateway.s3.errors import S3Error
+from gateway.s3.tagsets import parse_tagging, parse_tagging_header, render_tagging
+from gateway.store.tagarchives import save_change
 
 MAX_TAGGING_BODY = 256 * 1024
 # Internal key in an upload's stored headers (never sent to clients: Complete pops it).

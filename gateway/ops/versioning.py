@@ -5,7 +5,7 @@ A bucket's versioning is its `versioning` configuration document, `{"Status": "E
 `{"Status": "Suspended"}` (none: never enabled; S3 has no way back to that). The store keeps
 every version (gateway/metadata/store.py); this module decides, per request, which version id
 a write gets (a fresh one when enabled, "null" otherwise), answers the version headers, and
-writes delete markers to the nodes too (gateway/deletemarkers.py) so recovery finds them.
+writes delete markers to the nodes too (gateway/store/deletemarkers.py) so recovery finds them.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from typing import Any
 
 from starlette.responses import Response
 
-from gateway.deletemarkers import new_marker, write_markers
-from gateway.errors import S3Error
 from gateway.metadata.store import DeleteItem, NoSuchBucketError, ObjectRecord
 from gateway.metadata.versionids import new_version_id
 from gateway.metadata.versionwalk import once_per_part
@@ -41,7 +39,9 @@ from gateway.ops.common import (
     x,
     xml_response,
 )
-from gateway.xmlio import parse_versioning_configuration
+from gateway.s3.errors import S3Error
+from gateway.s3.xmlio import parse_versioning_configuration
+from gateway.store.deletemarkers import new_marker, write_markers
 
 log = logging.getLogger("zonegate.versioning")
 
@@ -175,7 +175,7 @@ def read_headers(req: S3Request, obj: ObjectRecord) -> dict[str, str]:
 
 async def add_markers(gw: Any, bucket: str, owner: str, keys: list[str], state: str
                       ) -> tuple[list[Any], list[int | None], list[S3Error | None]]:
-    """New delete markers for keys, written to the nodes (see gateway/deletemarkers.py): the
+    """New delete markers for keys, written to the nodes (see gateway/store/deletemarkers.py): the
     markers, their pending marks (release them once committed) and per key the write's
     error, if any."""
     t = now()

@@ -31,7 +31,7 @@ from typing import Protocol
 
 from awscrt import checksums as _crt
 
-from gateway.errors import S3Error
+from gateway.s3.errors import S3Error
 
 ALGORITHMS: tuple[str, ...] = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
 CRC_ALGORITHMS: frozenset[str] = frozenset({"CRC32", "CRC32C", "CRC64NVME"})

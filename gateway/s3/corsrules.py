@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 from xml.etree.ElementTree import Element
 
-from gateway.errors import S3Error
-from gateway.xmlio import S3_NS, parse_untrusted
+from gateway.s3.errors import S3Error
+from gateway.s3.xmlio import S3_NS, parse_untrusted
 
 METHODS = ("GET", "PUT", "POST", "DELETE", "HEAD")
 MAX_RULES = 100

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from gateway.errors import S3Error
+from gateway.s3.errors import S3Error
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1

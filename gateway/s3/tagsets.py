@@ -18,8 +18,8 @@ from typing import Literal
 from urllib.parse import unquote_plus
 from xml.etree.ElementTree import Element, SubElement, tostring
 
-from gateway.errors import S3Error
-from gateway.xmlio import S3_NS, parse_untrusted
+from gateway.s3.errors import S3Error
+from gateway.s3.xmlio import S3_NS, parse_untrusted
 
 Kind = Literal["object", "bucket"]
 MAX_OBJECT_TAGS = 10

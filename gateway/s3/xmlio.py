@@ -21,8 +21,8 @@ from xml.etree.ElementTree import Element, ParseError, SubElement, tostring
 import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
 
-from gateway.errors import S3Error
-from gateway.numbers import INT32_MAX, parse_uint
+from gateway.s3.errors import S3Error
+from gateway.s3.numbers import INT32_MAX, parse_uint
 
 S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 MAX_DELETE_KEYS = 1000

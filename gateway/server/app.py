@@ -24,9 +24,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway import auth
 from gateway.access.proxies import TrustedProxies, from_request
-from gateway.errors import S3Error, error_xml
 from gateway.lifecycle.worker import LifecycleWorker
 from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
 from gateway.ops import (
@@ -40,13 +38,15 @@ from gateway.ops import (
     objects,
     policy_ops,
     service,
-    tags,
+    tagging,
     versioning,
 )
 from gateway.ops.access import action_for, hide_missing
 from gateway.ops.common import S3Request, new_request_id
-from gateway.storage import Storage
-from gateway.users import UserDirectory
+from gateway.s3 import auth
+from gateway.s3.errors import S3Error, error_xml
+from gateway.server.users import UserDirectory
+from gateway.store.storage import Storage
 from zonestore.logsetup import REQUEST_ID
 
 log = logging.getLogger("zonegate.gateway")
@@ -129,7 +129,7 @@ class Gateway:
     async def _import_state_dir(self) -> None:
         """Repair and deletion records an older gateway kept under `erasure.state_dir` go
         into the shared store before the healer starts (an upgrade forgets none)."""
-        from gateway.queues import StoreRepairQueue, import_state_dir
+        from gateway.store.erasurequeues import StoreRepairQueue, import_state_dir
         erasure = getattr(self.config, "erasure", None)
         queue = getattr(getattr(self.storage, "cluster", None), "repair_queue", None)
         if erasure is None or not isinstance(queue, StoreRepairQueue):
@@ -237,19 +237,19 @@ def parse_query(request: Request) -> dict[str, str]:
     return out
 
 
-# Tagging and lifecycle (gateway/ops/tags.py, gateway/ops/lifecycle.py).
+# Tagging and lifecycle (gateway/ops/tagging.py, gateway/ops/lifecycle.py).
 BUCKET_CONFIG_ROUTES: dict[tuple[str, frozenset], Handler] = {
-    ("PUT", frozenset({"tagging"})): tags.put_bucket_tagging,
-    ("GET", frozenset({"tagging"})): tags.get_bucket_tagging,
-    ("DELETE", frozenset({"tagging"})): tags.delete_bucket_tagging,
+    ("PUT", frozenset({"tagging"})): tagging.put_bucket_tagging,
+    ("GET", frozenset({"tagging"})): tagging.get_bucket_tagging,
+    ("DELETE", frozenset({"tagging"})): tagging.delete_bucket_tagging,
     ("PUT", frozenset({"lifecycle"})): lifecycle.put_bucket_lifecycle,
     ("GET", frozenset({"lifecycle"})): lifecycle.get_bucket_lifecycle,
     ("DELETE", frozenset({"lifecycle"})): lifecycle.delete_bucket_lifecycle,
 }
 OBJECT_CONFIG_ROUTES: dict[tuple[str, frozenset], Handler] = {
-    ("PUT", frozenset({"tagging"})): tags.put_object_tagging,
-    ("GET", frozenset({"tagging"})): tags.get_object_tagging,
-    ("DELETE", frozenset({"tagging"})): tags.delete_object_tagging,
+    ("PUT", frozenset({"tagging"})): tagging.put_object_tagging,
+    ("GET", frozenset({"tagging"})): tagging.get_object_tagging,
+    ("DELETE", frozenset({"tagging"})): tagging.delete_object_tagging,
 }
 
 
@@ -330,7 +330,7 @@ def route(req: S3Request) -> Handler:
 async def authenticate(req: S3Request, target: Target) -> None:
     """Verify the signature (SigV4/V2, header or query) of the resource `target` names (the
     one the request will be served from), with the config's users and the store's (loaded
-    on first use, see gateway/users.py). An unsigned request goes on as anonymous (req.user
+    on first use, see gateway/server/users.py). An unsigned request goes on as anonymous (req.user
     ""): the bucket's policy or ACL decides. The body is verified later, as it streams."""
     request = req.request
     query = auth.parse_query(request.scope.get("query_string", b""))
@@ -456,7 +456,7 @@ def create_app(config_path_or_config: Any) -> Starlette:
     app.router.redirect_slashes = False
     app.state.gateway = gw
     app.add_middleware(cors.CorsHeaders, gw=gw)  # Access-Control-* on S3 answers
-    from gateway.health import install as install_operations
+    from gateway.server.health import install as install_operations
     install_operations(app)  # /health/*, /metrics, request and node-call metrics
     from gateway import console
     if console.enabled(getattr(config, "gateway", None)):

@@ -8,7 +8,7 @@
   which nodes are down; `nodes_full` lists the nodes that are up but out of writable space (no
   new fragments go there until they have room; not a failure by itself); 200 when both hold,
   else 503.
-- `/metrics`: Prometheus text (gateway/metrics.py).
+- `/metrics`: Prometheus text (gateway/server/metrics.py).
 
 These paths are also valid S3 paths (`GET /metrics` lists a bucket named "metrics"). The S3 API
 here refuses anonymous requests, so the two never collide: an unsigned GET or HEAD of one of
@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.metrics import ASGIApp, Receive, Scope, Send, metrics_endpoint
+from gateway.server.metrics import ASGIApp, Receive, Scope, Send, metrics_endpoint
 
 NODE_CHECK_TIMEOUT = 3.0  # a readiness probe must answer even when nodes hang
 FRESH_FOR = 1.0  # node states younger than this are reused instead of asking again
@@ -92,7 +92,7 @@ async def readiness(gateway: Any) -> tuple[int, dict[str, Any]]:
     problem = await metadata_problem(gateway)
     if problem:
         reasons.append(problem)
-    cluster = gateway.storage.cluster
+    cluster = gateway.store.storage.cluster
     await refresh_nodes(cluster)
     health = cluster_health(cluster)
     if not health["write_quorum"]:
@@ -106,7 +106,7 @@ async def readiness(gateway: Any) -> tuple[int, dict[str, Any]]:
 
 async def cluster_status(gateway: Any) -> tuple[int, dict[str, Any]]:
     """(status, body) of /health/cluster."""
-    cluster = gateway.storage.cluster
+    cluster = gateway.store.storage.cluster
     await refresh_nodes(cluster)
     health = cluster_health(cluster)
     ok = health["write_quorum"] and health["read_quorum"]
@@ -162,7 +162,7 @@ class OperatorEndpoints:
 def install(app: Any) -> None:
     """Add the operator endpoints and request metrics to the gateway's starlette app and
     instrument its erasure cluster (call in create_app, before the app starts)."""
-    from gateway.metrics import MetricsMiddleware, instrument_cluster
+    from gateway.server.metrics import MetricsMiddleware, instrument_cluster
     gw = getattr(app.state, "gateway", None)
     cluster = getattr(getattr(gw, "storage", None), "cluster", None)
     if cluster is not None:

@@ -1,7 +1,7 @@
 """What one HTTP connection to the gateway may cost: head sizes, timeouts, connections.
 
 Read from the `[gateway]` table of the cluster config by `zonegate serve` and enforced by the
-gateway's HTTP protocol (gateway/httpproto.py) before the S3 app sees a request:
+gateway's HTTP protocol (gateway/server/httpproto.py) before the S3 app sees a request:
 
 | key | default | refused with |
 |---|---|---|

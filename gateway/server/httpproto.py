@@ -1,6 +1,6 @@
 """The gateway's HTTP protocol for uvicorn: httptools, with a shutdown that does not sit out
 idle TLS clients, a bigger request-body buffer that copies less, and the connection limits of
-gateway/httplimits.py.
+gateway/server/httplimits.py.
 
 Limits. httptools gathers a header's value across reads by concatenation before it calls
 `on_header`, so a 64 MiB head cost seconds of a worker and hundreds of MB. Here the bytes fed
@@ -39,8 +39,8 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from gateway.errors import S3Error, error_xml
-from gateway.httplimits import MAX_BODY_BYTES, HttpLimits
+from gateway.s3.errors import S3Error, error_xml
+from gateway.server.httplimits import MAX_BODY_BYTES, HttpLimits
 
 POLL_S = 0.05  # delivery is acknowledged within a round trip; this only bounds the extra wait
 # uvicorn stops reading a connection once 64 KiB of its body wait for the app, so a fast upload
@@ -112,7 +112,7 @@ def too_large(what: str, limit: int) -> S3Error:
 
 class GatewayHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol; the body buffer, the shutdown of TLS connections and the
-    limits of gateway/httplimits.py differ."""
+    limits of gateway/server/httplimits.py differ."""
 
     def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:

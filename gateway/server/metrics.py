@@ -63,7 +63,7 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# Handler function name (gateway.app.route) -> S3 operation name.
+# Handler function name (gateway.server.app.route) -> S3 operation name.
 OPERATION_NAMES = {
     "list_buckets": "ListBuckets",
     "create_bucket": "CreateBucket",
@@ -343,8 +343,8 @@ def operation_of(scope: Scope) -> str:
     """The S3 operation a request names (ListObjectsV2, PutObject, ...), as the app routes it."""
     from starlette.requests import Request
 
-    from gateway import app as gwapp
-    from gateway.errors import S3Error
+    from gateway.s3.errors import S3Error
+    from gateway.server import app as gwapp
     app = scope.get("app")
     gw = getattr(getattr(app, "state", None), "gateway", None)
     if gw is None:

@@ -3,7 +3,7 @@
 Several worker processes share the listening socket (pyeclib holds the GIL, so one process
 cannot use both cores); each opens the same SQLite metadata store (WAL) and its own node
 connections. On SIGTERM or Ctrl-C idle keep-alive connections are closed at once (TLS ones
-too: gateway/httpproto.py) and requests in flight get --shutdown-timeout seconds to finish, so
+too: gateway/server/httpproto.py) and requests in flight get --shutdown-timeout seconds to finish, so
 the gateway stops within the grace `zonegate dev` allows it. The glibc allocator settings of
 the Makefile are applied by re-executing once with them in the environment, so the parent and
 every worker run with them.
@@ -11,7 +11,7 @@ every worker run with them.
 Workers die with their master: each asks the kernel for SIGTERM when the master dies, even by
 SIGKILL (PR_SET_PDEATHSIG), and then stops as on any SIGTERM, so no orphaned worker keeps the
 port and a restarted master can bind it. The per-connection limits and timeouts of
-gateway/httplimits.py come from `[gateway]` and travel to the workers on uvicorn's Config.
+gateway/server/httplimits.py come from `[gateway]` and travel to the workers on uvicorn's Config.
 uvicorn's proxy-header rewriting is off: the client address behind a proxy comes from
 `[gateway] trusted_proxies` (gateway/access/proxies.py). Prometheus multiprocess directories
 are named after the master's pid; those of dead masters (whose workers are dead too) are
@@ -48,7 +48,7 @@ METRICS_PREFIX = "zonegate-metrics-"
 STARTUP_FAILURE = 3  # uvicorn's exit status when the server did not start
 # What requests in flight get after SIGTERM before uvicorn cancels them: well inside the grace
 # `zonegate dev` gives the gateway before SIGKILL (10 s), leaving room for the app's own
-# shutdown. Idle connections do not wait for it (gateway/httpproto.py).
+# shutdown. Idle connections do not wait for it (gateway/server/httpproto.py).
 SHUTDOWN_TIMEOUT_S = 5.0
 # gc thresholds of a worker (tune_gc): a request's few thousand containers (a listing page's
 # records and rows) no longer set off collections; older generations as CPython's defaults.
@@ -58,7 +58,7 @@ GC_THRESHOLD = (10_000, 10, 10)
 def app_factory() -> Any:
     """uvicorn's factory in each worker: the app for the config named in the environment."""
     die_with_master()
-    from gateway.app import create_app
+    from gateway.server.app import create_app
     app = create_app(os.environ[CONFIG_ENV])
     inner = app.router.lifespan_context
 
@@ -136,7 +136,7 @@ def remove_stale_metrics_dirs(tmp: str | Path | None = None) -> list[Path]:
 def _metrics_dir() -> str | None:
     """A fresh multiprocess metrics directory named after this master (None: the operator
     chose one with PROMETHEUS_MULTIPROC_DIR)."""
-    from gateway.metrics import MULTIPROC_ENV
+    from gateway.server.metrics import MULTIPROC_ENV
     if os.environ.get(MULTIPROC_ENV):
         return None
     remove_stale_metrics_dirs()
@@ -158,7 +158,7 @@ def _listen(config_path: str, override: str | None) -> tuple[str, int]:
 
 def _tls_from_config(args: argparse.Namespace, config_path: str) -> None:
     """`[gateway] tls_cert / tls_key` (relative to the config file) unless given as flags;
-    SIGHUP reloads them (gateway/tls.py)."""
+    SIGHUP reloads them (gateway/server/tls.py)."""
     if args.tls_cert or args.tls_key:
         return
     from erasure.config import ClusterConfig
@@ -210,17 +210,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host, port = _listen(config_path, args.listen)
     # Validate the config and the metadata store here, so a bad file fails in one line.
     from erasure.config import ClusterConfig
-    from gateway.httplimits import HttpLimits
+    from gateway.server.httplimits import HttpLimits
     cfg = ClusterConfig.load(config_path)
     limits = HttpLimits.from_gateway(cfg.gateway)
     from gateway.access.proxies import TrustedProxies
     TrustedProxies.from_gateway(cfg.gateway)  # a bad network: one line naming the setting
-    from gateway.metrics import prepare_multiprocess
+    from gateway.server.metrics import prepare_multiprocess
     prepare_multiprocess(_metrics_dir())  # before the workers start: /metrics merges them
-    from gateway.app import Gateway  # noqa: F401 - import errors surface before forking
+    from gateway.server.app import Gateway  # noqa: F401 - import errors surface before forking
     _check_metadata(config_path)
     os.environ[CONFIG_ENV] = config_path
-    from gateway.tls import run_uvicorn
+    from gateway.server.tls import run_uvicorn
     from zonestore.logsetup import configure, dict_config
     log_config = dict_config(args.log_level, args.log_format, "gateway")
     configure(args.log_level, args.log_format, "gateway")
@@ -228,10 +228,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         logging.getLogger("zonegate.serve").warning("%s", line)
     os.environ[MASTER_ENV] = str(os.getpid())
     # the limits ride on the Config, where each worker's protocol reads them
-    return run_uvicorn("gateway.serve:app_factory", attrs={"zonegate_limits": limits},
+    return run_uvicorn("gateway.server.serve:app_factory", attrs={"zonegate_limits": limits},
                        factory=True, host=host, port=port,
                        workers=max(1, args.workers), loop="uvloop",
-                       http="gateway.httpproto:GatewayHttpProtocol",
+                       http="gateway.server.httpproto:GatewayHttpProtocol",
                        timeout_graceful_shutdown=args.shutdown_timeout,
                        lifespan="on", access_log=False, log_level=args.log_level,
                        log_config=log_config,

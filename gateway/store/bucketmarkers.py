@@ -229,7 +229,7 @@ def cmd_bucket_markers(args: argparse.Namespace) -> int:
     store = store_from_config(config.gateway)
 
     async def run(prog: Any) -> EnsureReport:
-        from gateway.queues import shared_queues
+        from gateway.store.erasurequeues import shared_queues
         cluster = ErasureCluster(config, health_interval=0, auto_repair=False,
                                  **shared_queues(store))
         try:

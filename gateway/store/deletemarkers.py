@@ -12,7 +12,7 @@ the "directory" they belong to.
 The marker's layout is the VersionRecord's `manifest`: deleting the marker version (or the
 null version it replaced) queues it like any layout, and the fragment audit sees it owned.
 Markers are written before the metadata commit, under a pending mark as every write is
-(gateway/storage.py), so a crash in between leaves a mark the sweeper resolves; the commit
+(gateway/store/storage.py), so a crash in between leaves a mark the sweeper resolves; the commit
 (put_delete_marker / delete_many with `release`) drops the mark in its own transaction.
 
 Batches (DeleteObjects, issue 15): 1000 markers written one part each cost 1000 erasure
@@ -35,10 +35,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.errors import S3Error
 from gateway.metadata.store import VersionRecord
-from gateway.storage import FAILED_WRITE_DELAY, layout_to_dict
-from gateway.streams import stream_hint
+from gateway.s3.errors import S3Error
+from gateway.store.storage import FAILED_WRITE_DELAY, layout_to_dict
+from gateway.store.streamhints import stream_hint
 
 log = logging.getLogger("zonegate.deletemarkers")
 

@@ -25,7 +25,7 @@ class Owners:
         await self.store.start()
         if self.state_dir is not None:
             # repair run before an upgraded gateway's first start: the files go in first
-            from gateway.queues import import_state_dir
+            from gateway.store.erasurequeues import import_state_dir
             await import_state_dir(self.store, self.state_dir)
 
     async def snapshot(self) -> dict[str, str]:
@@ -41,7 +41,7 @@ class Owners:
     def queues(self) -> dict[str, Any]:
         """ErasureCluster keyword arguments: the repair queue and deletion records that the
         gateways share in this store."""
-        from gateway.queues import shared_queues
+        from gateway.store.erasurequeues import shared_queues
         return shared_queues(self.store)
 
     async def close(self) -> None:

@@ -1,19 +1,19 @@
 """`zonegate recover-metadata --config C`: rebuild the metadata store from the nodes alone.
 
-Every fragment archive carries the caller's meta dict (gateway/storage.py):
+Every fragment archive carries the caller's meta dict (gateway/store/storage.py):
 - kind "object": a single-PUT object; the dict holds its whole metadata.
 - kind "manifest": written at CompleteMultipartUpload; its body (JSON) names the parts in order
   and the final object metadata.
 - kind "part": a multipart part; used through its manifest, otherwise it belongs to an upload
   that never completed and is skipped (queued for deletion after a grace period).
-- kind "bucket": a bucket marker (gateway/bucketmarkers.py), written at CreateBucket and
+- kind "bucket": a bucket marker (gateway/store/bucketmarkers.py), written at CreateBucket and
   removed at DeleteBucket; it carries the bucket's ACL and configuration documents.
-- kind "delete-marker": a delete marker of a versioned bucket (gateway/deletemarkers.py);
+- kind "delete-marker": a delete marker of a versioned bucket (gateway/store/deletemarkers.py);
   kind "delete-markers": a batch of them (DeleteObjects), every one brought back.
-- kind "object-tags": tags / ACL set on a version after its write (gateway/tagarchives.py);
+- kind "object-tags": tags / ACL set on a version after its write (gateway/store/tagarchives.py);
   the newest one of each version's write wins over its write-time tags and ACL.
 Every version of a key comes back, delete markers included, in their order, with tags
-(gateway/recoverversions.py); of several copies of one version id (a "null" version replaced
+(gateway/store/recoverversions.py); of several copies of one version id (a "null" version replaced
 before the sweeper freed it) the newest wins, and the others are queued for deletion after a
 grace period. A bucket comes back from its marker (owner, creation time, region, ACL and
 configuration documents; the newest marker of a name wins), so empty buckets come back too;
@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway import bucketmarkers, deletemarkers, tagarchives
 from gateway.metadata import (
     BucketRecord,
     ObjectRecord,
@@ -44,7 +43,8 @@ from gateway.metadata import (
     store_from_config,
     store_path,
 )
-from gateway.recoverversions import build_chains, is_marker, restore_configs, write_chain
+from gateway.store import bucketmarkers, deletemarkers, tagarchives
+from gateway.store.recoverversions import build_chains, is_marker, restore_configs, write_chain
 
 T = TypeVar("T")
 
@@ -94,7 +94,7 @@ async def recover(config: Any, *, progress: Any = None) -> RecoveryReport:
     gw = dict(config.gateway or {})
     store = store_from_config(gw)
     report = RecoveryReport()
-    from gateway.queues import shared_queues
+    from gateway.store.erasurequeues import shared_queues
     cluster = ErasureCluster(config, health_interval=0, **shared_queues(store))
     try:
         await store.start()

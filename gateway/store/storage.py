@@ -24,8 +24,8 @@ from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from erasure.codec import segments
-from gateway import checksums
-from gateway.errors import S3Error
+from gateway.s3 import checksums
+from gateway.s3.errors import S3Error
 
 log = logging.getLogger("zonegate.storage")
 
@@ -62,7 +62,7 @@ async def coalesce(chunks: AsyncIterable[bytes], size: int = COALESCE) -> AsyncI
 
 class CopyBody:
     """An internal stream (a copy source) hashed like a client body: MD5 for the ETag and an
-    optional S3 checksum; the same attributes as gateway.auth.RequestBody."""
+    optional S3 checksum; the same attributes as gateway.s3.auth.RequestBody."""
 
     def __init__(self, source: AsyncIterable[bytes], length: int,
                  checksum_algorithm: str = "") -> None:
@@ -126,7 +126,7 @@ class Storage:
         grace = float(gw.get("pending_grace_seconds", PENDING_GRACE))
         kw: dict[str, Any] = {}
         if store is not None:
-            from gateway.queues import shared_queues
+            from gateway.store.erasurequeues import shared_queues
             kw = shared_queues(store)
         cluster = ErasureCluster(config, **kw)
         if "repair_lease_seconds" in gw:
@@ -275,9 +275,9 @@ class Storage:
         nodes are all still down are left leased, no node is asked). Other failures leave the
         entry leased: it comes back after the lease. A batch part of delete markers goes
         only once none of its markers is stored, its live ones moved to a new part first
-        (gateway/deletemarkers.py: settle)."""
-        from gateway.deletemarkers import BATCH_PREFIX
-        from gateway.deletemarkers import settle as settle_batch
+        (gateway/store/deletemarkers.py: settle)."""
+        from gateway.store.deletemarkers import BATCH_PREFIX
+        from gateway.store.deletemarkers import settle as settle_batch
         freed = 0
         while True:
             entries = await store.claim_orphans(batch)

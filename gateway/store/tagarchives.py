@@ -2,7 +2,7 @@
 the tags of PutObjectTagging / DeleteObjectTagging and the ACL of PutObjectAcl.
 
 An object's archives are immutable and carry its write-time tags and ACL. Each later change
-writes a 0-byte erasure part (as delete markers do, gateway/deletemarkers.py) whose archives'
+writes a 0-byte erasure part (as delete markers do, gateway/store/deletemarkers.py) whose archives'
 meta dict is `{"kind": "object-tags", "tags": {bucket, key, version_id, version, tags, acl,
 time}}`, part uid `tg:{uuid4 hex}`. The version owns it (`ObjectRecord.meta_part`, freed with
 the version; the one it replaces is queued for deletion in the same commit). Order: the
@@ -18,10 +18,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.errors import S3Error
 from gateway.metadata.store import ObjectRecord
-from gateway.storage import FAILED_WRITE_DELAY, layout_to_dict
-from gateway.streams import stream_hint
+from gateway.s3.errors import S3Error
+from gateway.store.storage import FAILED_WRITE_DELAY, layout_to_dict
+from gateway.store.streamhints import stream_hint
 
 KIND = "object-tags"
 PREFIX = "tg:"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cdp import Browser, chromium_binary
-from tests.devcluster import ACCESS_KEY, SECRET_KEY, start_cluster
+from tests.support.cdp import Browser, chromium_binary
+from tests.support.devcluster import ACCESS_KEY, SECRET_KEY, start_cluster
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow,
               pytest.mark.skipif(chromium_binary() is None,

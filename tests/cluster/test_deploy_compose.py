@@ -26,11 +26,11 @@ import pytest
 import yaml
 
 from erasure.config import ClusterConfig
-from gateway.cli import build_parser
+from gateway.cli.main import build_parser
 
 pytestmark = pytest.mark.timeout(600)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 COMPOSE_FILE = REPO / "docker-compose.yml"
 CONFIG_IN_CONTAINER = "/etc/zonegate/cluster.toml"

@@ -1,5 +1,5 @@
 """Every metric the Grafana dashboard queries is exported: by a real node process's /metrics and
-by the gateway's metrics (its registry here; tests/test_ops_cluster.py scrapes a running
+by the gateway's metrics (its registry here; tests/cluster/test_ops_cluster.py scrapes a running
 gateway too)."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from erasure.repairqueue import RepairQueue
-from gateway.metrics import GatewayMetrics
-from tests.nodeproc import NodeCluster
+from gateway.server.metrics import GatewayMetrics
+from tests.support.nodeproc import NodeCluster
 
 pytestmark = pytest.mark.timeout(300)
 
-DASHBOARD = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "dashboards" / \
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / \
     "zonegate.json"
 PROMETHEUS_OWN = {"up"}  # made by Prometheus for every target, not by an exporter
 SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count",

@@ -18,14 +18,14 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
-from gateway import promdev
-from tests.devcluster import DevCluster, free_port
+from gateway.cli import promdev
+from tests.support.devcluster import DevCluster, free_port
 
 pytestmark = [pytest.mark.timeout(600),
               pytest.mark.skipif(shutil.which("prometheus") is None,
                                  reason="no `prometheus` binary (Debian package prometheus)")]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "zonegate.json"
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import build_parser
+from gateway.cli.main import build_parser
 
-UNITS = sorted((Path(__file__).parent.parent / "deploy" / "systemd").glob("*.service"))
+UNITS = sorted((Path(__file__).resolve().parents[2] / "deploy" / "systemd").glob("*.service"))
 
 
 def load(path: Path) -> configparser.ConfigParser:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.devcluster import file_md5, make_file, start_cluster
+from tests.support.devcluster import file_md5, make_file, start_cluster
 
 pytestmark = pytest.mark.slow
 

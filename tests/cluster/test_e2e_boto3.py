@@ -28,7 +28,7 @@ import pytest
 from awscrt import checksums as crt_checksums
 from botocore.exceptions import ClientError
 
-from tests.devcluster import MiB, file_md5, make_file, multipart_etag, start_cluster
+from tests.support.devcluster import MiB, file_md5, make_file, multipart_etag, start_cluster
 
 pytestmark = pytest.mark.slow
 

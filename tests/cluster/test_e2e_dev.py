@@ -15,9 +15,9 @@ import tomllib
 import pytest
 
 from erasure.config import ClusterConfig
-from gateway.devconfig import new_config, refresh_config
-from gateway.tls import ensure_self_signed
-from tests.devcluster import ACCESS_KEY, SECRET_KEY, ClusterError, DevCluster
+from gateway.cli.devconfig import new_config, refresh_config
+from gateway.server.tls import ensure_self_signed
+from tests.support.devcluster import ACCESS_KEY, SECRET_KEY, ClusterError, DevCluster
 
 
 def test_self_signed_certificate_is_made_once_and_verifies(tmp_path):
@@ -177,9 +177,9 @@ def test_dev_refuses_a_port_in_use(tmp_path):
 
 @pytest.mark.slow
 def test_dev_moves_a_node_whose_port_is_taken_during_start(tmp_path, capsys):
-    from gateway.cli import build_parser
-    from gateway.dev import Launcher
-    from tests.devcluster import free_port
+    from gateway.cli.dev import Launcher
+    from gateway.cli.main import build_parser
+    from tests.support.devcluster import free_port
 
     args = build_parser().parse_args([
         "dev", "--data", str(tmp_path / "data"), "--port", str(free_port()), "--nodes", "10",

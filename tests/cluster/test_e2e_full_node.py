@@ -18,7 +18,7 @@ import pytest
 
 from erasure.config import NodeSpec
 from erasure.nodeclient import NodeClient, NodeError, make_session
-from tests.gwcluster import Gateway, serving
+from tests.support.gwcluster import Gateway, serving
 from zonestore.emulated import Geometry
 
 pytestmark = pytest.mark.timeout(300)

@@ -13,7 +13,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
-from tests.devcluster import DevCluster, MiB, make_file
+from tests.support.devcluster import DevCluster, MiB, make_file
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,15 @@ import struct
 
 import pytest
 
-from tests.devcluster import ACCESS_KEY, REGION, SECRET_KEY, MiB, file_md5, make_file, start_cluster
+from tests.support.devcluster import (
+    ACCESS_KEY,
+    REGION,
+    SECRET_KEY,
+    MiB,
+    file_md5,
+    make_file,
+    start_cluster,
+)
 
 pytestmark = pytest.mark.slow
 

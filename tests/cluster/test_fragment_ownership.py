@@ -25,11 +25,11 @@ from erasure.cluster import ErasureCluster
 from erasure.config import ClusterConfig
 from erasure.errors import ErasureError
 from erasure.repair import PartDeleted, heal, repair
-from gateway.errors import S3Error
 from gateway.metadata import SqliteStore
-from gateway.storage import FAILED_WRITE_DELAY, Storage
-from tests.erasurekit import cluster_config, put, where
-from tests.nodeproc import NodeCluster
+from gateway.s3.errors import S3Error
+from gateway.store.storage import FAILED_WRITE_DELAY, Storage
+from tests.support.erasurekit import cluster_config, put, where
+from tests.support.nodeproc import NodeCluster
 
 pytest.importorskip("zonestore.pool", reason="the node daemon needs the drive pool")
 pytestmark = [pytest.mark.timeout(300)]

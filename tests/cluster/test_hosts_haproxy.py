@@ -29,10 +29,10 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from tests.gwcluster import ACCESS_KEY, SECRET_KEY
-from tests.multigwcluster import GatewayProc, MultiGateway
-from tests.nodeproc import NodeCluster, NodeProcess
-from tests.pgserver import PgServer, skip_reason
+from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY
+from tests.support.multigwcluster import GatewayProc, MultiGateway
+from tests.support.nodeproc import NodeCluster, NodeProcess
+from tests.support.pgserver import PgServer, skip_reason
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -116,7 +116,7 @@ class Hosts:
 
 
 class HostNodes(NodeCluster):
-    """tests/nodeproc's nodes, each on a host (namespace) of its own at NODE_PORT."""
+    """tests/support/nodeproc's nodes, each on a host (namespace) of its own at NODE_PORT."""
 
     def __init__(self, root: Path, hosts: Hosts) -> None:
         super().__init__(root, NODES, drives_per_node=1, secret="gw-test-secret")
@@ -129,7 +129,7 @@ class HostNodes(NodeCluster):
 
 
 class HostPg(PgServer):
-    """tests/pgserver's throwaway server, listening on the pg host's address only."""
+    """tests/support/pgserver's throwaway server, listening on the pg host's address only."""
 
     def __init__(self, hosts: Hosts) -> None:
         super().__init__(port=PG_PORT)

@@ -21,9 +21,9 @@ from functools import partial
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.gwcluster import archive_ids, wait_for
-from tests.multigwcluster import MultiGateway
-from tests.pgserver import PgServer, pg_server  # noqa: F401 - the session fixture
+from tests.support.gwcluster import archive_ids, wait_for
+from tests.support.multigwcluster import MultiGateway
+from tests.support.pgserver import PgServer, pg_server  # noqa: F401 - the session fixture
 
 MiB = 1024 * 1024
 

@@ -25,9 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from erasure.codec import Scheme
 from erasure.layout import PartLayout
-from tests.gwcluster import wait_for
-from tests.multigwcluster import MultiGateway
-from tests.pgserver import PASSWORD, PgServer, pg_server  # noqa: F401 - the session fixture
+from tests.support.gwcluster import wait_for
+from tests.support.multigwcluster import MultiGateway
+from tests.support.pgserver import PASSWORD, PgServer, pg_server  # noqa: F401 - the session fixture
 
 MiB = 1024 * 1024
 LEASE = 3.0  # seconds: short, so that a dead gateway's lease runs out within the test

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from erasure.codec import Codec, Scheme
-from tests.gwcluster import Gateway, signed_request
+from tests.support.gwcluster import Gateway, signed_request
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -203,7 +203,7 @@ def test_metrics_agree_with_a_known_workload(cluster):
 
 
 def test_the_running_gateway_exports_every_gateway_metric_of_the_dashboard(cluster):
-    from tests.test_deploy_dashboard import dashboard_exprs, exported_names, queried_metrics
+    from tests.cluster.test_deploy_dashboard import dashboard_exprs, exported_names, queried_metrics
     wanted = {w for e in dashboard_exprs() for w in queried_metrics(e)
               if w.startswith("zonegate_gateway_")}
     status, body = get(cluster.endpoint + "/metrics")

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.devcluster import start_cluster
+from tests.support.devcluster import start_cluster
 
 pytestmark = pytest.mark.timeout(600)
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 
-from tests.devcluster import DevCluster, cluster_port
+from tests.support.devcluster import DevCluster, cluster_port
 
 pytestmark = pytest.mark.timeout(600)
 

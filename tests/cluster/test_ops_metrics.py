@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import ErasureStats, GatewayMetrics, multiprocess_active
+from gateway.server.metrics import ErasureStats, GatewayMetrics, multiprocess_active
 
 pytestmark = pytest.mark.timeout(120)
 
 WORKER = textwrap.dedent("""
     import sys, time
-    from gateway.metrics import get_metrics, multiprocess_active
+    from gateway.server.metrics import get_metrics, multiprocess_active
     assert multiprocess_active()
     m = get_metrics()
     n, flying, linger = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "linger"
@@ -36,7 +36,7 @@ WORKER = textwrap.dedent("""
     if linger:
         time.sleep(120)
 """)
-RENDER = "import sys; from gateway.metrics import get_metrics; " \
+RENDER = "import sys; from gateway.server.metrics import get_metrics; " \
          "sys.stdout.write(get_metrics().render().decode())"
 
 
@@ -85,7 +85,7 @@ def test_prepare_multiprocess_starts_from_empty(tmp_path):
     first = run(WORKER, mp, "2", "0", "exit")
     first.communicate(timeout=60)
     assert list(mp.glob("*.db"))
-    code = ("from gateway.metrics import prepare_multiprocess; import os, sys; "
+    code = ("from gateway.server.metrics import prepare_multiprocess; import os, sys; "
             "p = prepare_multiprocess(sys.argv[1]); "
             "print(os.environ['PROMETHEUS_MULTIPROC_DIR'] == str(p))")
     p = subprocess.run([sys.executable, "-c", code, str(mp)], capture_output=True, text=True,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from erasure.config import write_config
-from tests.nodeproc import NodeCluster
+from tests.support.nodeproc import NodeCluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -121,7 +121,7 @@ def test_status_shows_zone_capacity_and_full_nodes_in_80_columns(cluster):
     from rich.console import Console
 
     from erasure.config import ClusterConfig
-    from gateway.status import gather_status, render
+    from gateway.cli.status import gather_status, render
 
     nodes, config, _state = cluster
     doc = asyncio.run(gather_status(ClusterConfig.load(config), 3.0))

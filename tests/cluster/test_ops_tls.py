@@ -29,8 +29,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from gateway.tls import CA_FILE, ensure_dev_ca, ensure_self_signed
-from tests.devcluster import ACCESS_KEY, REGION, SECRET_KEY, DevCluster, free_port
+from gateway.server.tls import CA_FILE, ensure_dev_ca, ensure_self_signed
+from tests.support.devcluster import ACCESS_KEY, REGION, SECRET_KEY, DevCluster, free_port
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -100,7 +100,7 @@ def test_unknown_node_id_is_a_clear_error() -> None:
 
 
 def test_the_shipped_example_secrets_are_called_out_and_real_ones_are_not() -> None:
-    shipped = ClusterConfig.load(Path(__file__).parent.parent / "deploy" / "cluster.toml")
+    shipped = ClusterConfig.load(Path(__file__).resolve().parents[2] / "deploy" / "cluster.toml")
     warnings = shipped.placeholder_warnings()
     assert any("`secret`" in w for w in warnings)
     assert any("access_key" in w for w in warnings) and any("secret_key" in w for w in warnings)

@@ -25,7 +25,7 @@ from erasure.errors import ErasureError, QuorumError
 from erasure.layout import PartLayout, archive_id
 from erasure.nodeclient import RecordMissing
 from erasure.repair import repair
-from tests.nodeproc import NodeCluster
+from tests.support.nodeproc import NodeCluster
 
 pytest.importorskip("zonestore.pool", reason="the node daemon needs the drive pool")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

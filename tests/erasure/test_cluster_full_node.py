@@ -16,7 +16,7 @@ import pytest
 from erasure.cluster import ErasureCluster
 from erasure.config import ClusterConfig
 from erasure.nodeclient import NodeClient, NodeError
-from tests.nodeproc import NodeCluster
+from tests.support.nodeproc import NodeCluster
 from zonestore.emulated import Geometry
 
 pytest.importorskip("zonestore.pool", reason="the node daemon needs the drive pool")

@@ -22,8 +22,8 @@ from erasure.config import ClusterConfig
 from erasure.errors import PartUnavailable
 from erasure.layout import PartLayout
 from erasure.repair import repair
-from tests.nodeproc import NodeCluster
-from tests.test_cluster_erasure import body, data, read_all
+from tests.erasure.test_cluster_erasure import body, data, read_all
+from tests.support.nodeproc import NodeCluster
 
 pytest.importorskip("zonestore.pool", reason="the node daemon needs the drive pool")
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(3600)]

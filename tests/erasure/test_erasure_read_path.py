@@ -127,7 +127,7 @@ async def test_parsed_parts_are_reused_and_never_stale(tmp_path, monkeypatch) ->
 def small_cluster(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("zonestore.pool", reason="the node daemon needs the drive pool")
     from erasure.config import ClusterConfig
-    from tests.nodeproc import NodeCluster
+    from tests.support.nodeproc import NodeCluster
 
     root = tmp_path_factory.mktemp("read-path")
     with NodeCluster(root, 6, drives_per_node=1, secret="read-path-secret") as nc:
@@ -145,8 +145,8 @@ async def test_reads_across_parts_prefetch_the_next_part_and_clean_up(small_clus
                                                                       monkeypatch) -> None:
     import asyncio
 
-    from gateway import storage as storage_mod
-    from gateway.storage import Storage
+    from gateway.store import storage as storage_mod
+    from gateway.store.storage import Storage
 
     monkeypatch.setattr(storage_mod, "PREFETCH", 100_000)  # a few segments, as 2 MiB is to 1 MiB
     st = Storage.from_config(small_cluster)

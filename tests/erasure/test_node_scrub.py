@@ -15,7 +15,7 @@ import pytest
 from erasure.cluster import ErasureCluster
 from erasure.config import ClusterConfig
 from erasure.repair import repair
-from tests.nodeproc import NodeCluster
+from tests.support.nodeproc import NodeCluster
 
 pytest.importorskip("zonestore.pool", reason="the node daemon needs the drive pool")
 pytestmark = [pytest.mark.timeout(300)]

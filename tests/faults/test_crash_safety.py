@@ -12,19 +12,19 @@ import threading
 import time
 from pathlib import Path
 
-from tests.crash_writer import TUNING, blob
-from tests.zonelog_helpers import make_drive, open_device, read_all
+from tests.support.crash_writer import TUNING, blob
+from tests.support.zonelog_helpers import make_drive, open_device, read_all
 from zonestore.errors import RecordNotFound
 from zonestore.fsck import fsck
 from zonestore.zonelog import ZoneLog
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 15
 ABSENT = None
 
 
 def run_round(drive: Path, round_: int, kill_after: float) -> list[list[str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.crash_writer", str(drive), str(round_)],
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.crash_writer", str(drive), str(round_)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     lines: list[list[str]] = []
     ready = threading.Event()

@@ -15,8 +15,8 @@ from unittest import mock
 import pytest
 from botocore.exceptions import ClientError
 
-from tests import s3raw
-from tests.devcluster import ACCESS_KEY, SECRET_KEY, MiB, start_cluster
+from tests.support import s3raw
+from tests.support.devcluster import ACCESS_KEY, SECRET_KEY, MiB, start_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def s3(cluster):
 def sign(cluster, method: str, path: str, *, query: str = "", body: bytes = b"",
          headers: dict[str, str] | None = None, payload_hash: str | None = None,
          secret: str = SECRET_KEY) -> tuple[str, dict[str, str]]:
-    """(target, headers) of a SigV4-signed request (tests/s3raw.py: botocore's signer)."""
+    """(target, headers) of a SigV4-signed request (tests/support/s3raw.py: botocore's signer)."""
     target = path + (f"?{query}" if query else "")
     return target, s3raw.sign_v4(s3raw.Creds(cluster.port, ACCESS_KEY, secret), method, target,
                                  body=body, headers=headers, payload_hash=payload_hash)

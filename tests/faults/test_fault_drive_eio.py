@@ -32,8 +32,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.gwcluster import Gateway, wait_for
-from tests.nodeproc import TEST_GEOMETRY
+from tests.support.gwcluster import Gateway, wait_for
+from tests.support.nodeproc import TEST_GEOMETRY
 from zonestore.emulated import create_emulated_drive
 
 pytestmark = [pytest.mark.timeout(300)]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.devcluster import DevCluster
+from tests.support.devcluster import DevCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -79,7 +79,7 @@ def read_back(cluster: DevCluster, key: str, body: bytes) -> bool:
 
 def test_sigkill_of_the_gateway_master(tmp_path):
     # Two kills in a row: the restart after the second already backs off (the backoff's
-    # doubling and that it never gives up: tests/test_serve_supervision.py).
+    # doubling and that it never gives up: tests/gateway/test_serve_supervision.py).
     _master_kills(tmp_path, 2)
 
 

@@ -20,7 +20,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from erasure.config import ClusterConfig, write_config
-from tests.gwcluster import Gateway, wait_for
+from tests.support.gwcluster import Gateway, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

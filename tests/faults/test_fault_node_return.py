@@ -22,9 +22,9 @@ from erasure.cluster import ErasureCluster
 from erasure.config import ClusterConfig
 from erasure.repair import repair
 from gateway.metadata import SqliteStore
-from gateway.storage import Storage
-from tests.erasurekit import cluster_config, put, read, where
-from tests.nodeproc import NodeCluster
+from gateway.store.storage import Storage
+from tests.support.erasurekit import cluster_config, put, read, where
+from tests.support.nodeproc import NodeCluster
 
 pytestmark = [pytest.mark.timeout(300)]
 SECRET = "node-return-test-secret"

@@ -20,8 +20,8 @@ import urllib.request
 import pytest
 
 from erasure.config import ClusterConfig, write_config
-from tests.gwcluster import Gateway, wait_for
-from tests.nodeproc import NodeCluster
+from tests.support.gwcluster import Gateway, wait_for
+from tests.support.nodeproc import NodeCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -77,7 +77,7 @@ class Namespaces:
 
 
 class PartitionableNodes(NodeCluster):
-    """tests/nodeproc's cluster, some of whose nodes run inside network namespaces."""
+    """tests/support/nodeproc's cluster, some of whose nodes run inside network namespaces."""
 
     def __init__(self, *args, namespaces: Namespaces, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -1,4 +1,4 @@
-"""The fault storm (tests/storm.py): a short one in `make test`, a long one behind `make soak`
+"""The fault storm (tests/support/storm.py): a short one in `make test`, a long one behind `make soak`
 (ZG_STORM_SECONDS, default 600)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from tests.gwcluster import Gateway
-from tests.storm import fsck_all, storm
+from tests.support.gwcluster import Gateway
+from tests.support.storm import fsck_all, storm
 from zonestore.emulated import Geometry
 
 pytest.importorskip("zonestore.pool", reason="the node daemon needs the drive pool")

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway
-from tests.s3raw import Creds, code_of, send, sign_v4
+from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway
+from tests.support.s3raw import Creds, code_of, send, sign_v4
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -8,7 +8,7 @@ import time
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tests.gwcluster import Gateway, archive_ids, wait_for
+from tests.support.gwcluster import Gateway, archive_ids, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -24,9 +24,9 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from gateway.tls import ensure_self_signed
-from tests.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway
-from tests.nodeproc import MALLOC_ENV
+from gateway.server.tls import ensure_self_signed
+from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway
+from tests.support.nodeproc import MALLOC_ENV
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -36,7 +36,7 @@ CANCELLED = "timeout graceful shutdown exceeded"  # uvicorn's log line when it c
 
 
 class NodesOnly(Gateway):
-    """tests/gwcluster's nodes and cluster config; each test starts its own `zonegate serve`."""
+    """tests/support/gwcluster's nodes and cluster config; each test starts its own `zonegate serve`."""
 
     def start_gateway(self, env: dict[str, str] | None = None) -> None:
         pass

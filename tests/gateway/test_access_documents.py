@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from gateway.access import acl, controls
 from gateway.access.identity import canonical_id
 from gateway.access.policy import parse_policy
-from gateway.errors import S3Error
+from gateway.s3.errors import S3Error
 
 USERS = {canonical_id(n): n for n in ("alice", "bob")}
 VALID = {"Version": "2012-10-17", "Statement": [

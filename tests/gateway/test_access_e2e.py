@@ -18,7 +18,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from gateway.access.identity import canonical_id
-from tests.gwcluster import Gateway, wait_for
+from tests.support.gwcluster import Gateway, wait_for
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -37,7 +37,7 @@ def alice(gw):
 
 @pytest.fixture(scope="module")
 def bob(gw):
-    from tests.gwcluster import OTHER_ACCESS, OTHER_SECRET
+    from tests.support.gwcluster import OTHER_ACCESS, OTHER_SECRET
     return gw.client(OTHER_ACCESS, OTHER_SECRET)
 
 

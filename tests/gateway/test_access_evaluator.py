@@ -19,7 +19,7 @@ from gateway.access.controls import PublicAccessBlock
 from gateway.access.evaluate import BucketAccess, Decision, ObjectAccess, decide
 from gateway.access.identity import Requester, canonical_id
 from gateway.access.policy import parse_policy
-from gateway.errors import S3Error
+from gateway.s3.errors import S3Error
 
 BUCKET = "data"
 OWNER = "alice"

@@ -12,9 +12,9 @@ from botocore import UNSIGNED
 from botocore.config import Config
 
 from gateway.access.identity import canonical_id
-from tests.gwcluster import OTHER_ACCESS, OTHER_SECRET, Gateway
-from tests.pgserver import PgServer, skip_reason
-from tests.test_access_e2e import _zonegate, denied, policy
+from tests.gateway.test_access_e2e import _zonegate, denied, policy
+from tests.support.gwcluster import OTHER_ACCESS, OTHER_SECRET, Gateway
+from tests.support.pgserver import PgServer, skip_reason
 
 pytestmark = [pytest.mark.timeout(600),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]

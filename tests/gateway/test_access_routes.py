@@ -4,7 +4,7 @@ from gateway.ops.access.ACTIONS would silently be owner-only (or, worse, skip th
 import inspect
 import re
 
-import gateway.app as app
+import gateway.server.app as app
 from gateway.ops.access import ACTIONS
 
 # CreateBucket has no bucket to consult; ListBuckets lists the requester's own; a CORS

@@ -32,8 +32,8 @@ from botocore.credentials import Credentials
 
 from erasure.config import write_config
 from gateway.access.proxies import TrustedProxies
-from gateway.tls import ensure_dev_ca
-from tests.gwcluster import (
+from gateway.server.tls import ensure_dev_ca
+from tests.support.gwcluster import (
     ACCESS_KEY,
     OTHER_ACCESS,
     OTHER_SECRET,
@@ -43,7 +43,7 @@ from tests.gwcluster import (
     wait_for,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROXY_SOURCE = "127.0.0.2"  # HAProxy's side of its connections to the gateway
 BUCKET, KEY = "netlimited", "data.bin"
 BODY = b"only from the right network\n"

@@ -26,10 +26,16 @@ from botocore.httpchecksum import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.auth import AuthResult, AwsChunkedDecoder, RequestBody, StaticCredentials, authenticate
-from gateway.auth.chunked import MAX_CHUNK
-from gateway.auth.common import parse_amz_date
-from gateway.errors import S3Error
+from gateway.s3.auth import (
+    AuthResult,
+    AwsChunkedDecoder,
+    RequestBody,
+    StaticCredentials,
+    authenticate,
+)
+from gateway.s3.auth.chunked import MAX_CHUNK
+from gateway.s3.auth.common import parse_amz_date
+from gateway.s3.errors import S3Error
 
 # The credentials, time and request of AWS's SigV4 streaming examples (S3 API reference,
 # "Signature Calculations for the Authorization Header: Transferring Payload in Multiple

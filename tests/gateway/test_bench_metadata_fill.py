@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench.metadata_fill import bulk_fill
 from gateway.metadata import BucketRecord
-from tests import storebackends
+from tests.support import storebackends
 
 pg_server, stores = storebackends.pg_server, storebackends.stores
 

@@ -20,8 +20,8 @@ from botocore.httpchecksum import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import checksums
-from gateway.errors import S3Error
+from gateway.s3 import checksums
+from gateway.s3.errors import S3Error
 
 BOTOCORE = {"CRC32": Crc32Checksum, "CRC32C": CrtCrc32cChecksum,
             "CRC64NVME": CrtCrc64NvmeChecksum, "SHA1": Sha1Checksum, "SHA256": Sha256Checksum}

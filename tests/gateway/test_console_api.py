@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from erasure.config import write_config
-from tests.gwcluster import ACCESS_KEY, OTHER_ACCESS, OTHER_SECRET, SECRET_KEY, Gateway
+from tests.support.gwcluster import ACCESS_KEY, OTHER_ACCESS, OTHER_SECRET, SECRET_KEY, Gateway
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -246,7 +246,7 @@ def test_zone_map_has_a_cell_per_zone_and_follows_uploads(gw, alice):
     for n in doc["nodes"]:
         assert n["up"] and n["source"] == "zones"  # the nodes have /v1/zones
         (d,) = n["drives"]
-        assert len(d["zones"]) == 32  # tests/nodeproc.py TEST_GEOMETRY
+        assert len(d["zones"]) == 32  # tests/support/nodeproc.py TEST_GEOMETRY
         for z in d["zones"]:
             assert z["cond"] in ("empty", "open", "closed", "full", "conventional", "offline")
             assert 0 <= z["garbage"] <= z["written"] <= z["capacity"]

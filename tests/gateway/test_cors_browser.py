@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.cdp import Browser, chromium_binary
-from tests.gwcluster import Gateway
+from tests.support.cdp import Browser, chromium_binary
+from tests.support.gwcluster import Gateway
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow,
               pytest.mark.skipif(chromium_binary() is None,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway import cors
 from gateway.metadata import BucketRecord, open_store
 from gateway.ops.cors import CorsCache
+from gateway.s3 import corsrules as cors
 
 RULES = [cors.CorsRule(("*",), ("GET",))]
 

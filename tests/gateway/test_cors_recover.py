@@ -10,8 +10,8 @@ import sys
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway
-from tests.s3raw import Creds, send
+from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway
+from tests.support.s3raw import Creds, send
 
 pytestmark = pytest.mark.timeout(180)
 RULES = [{"ID": "viewer", "AllowedOrigins": ["https://*.example.com"],

@@ -1,4 +1,4 @@
-"""gateway/cors.py: the CORSConfiguration document (parse, check, store, render) and the rule
+"""gateway/s3/corsrules.py: the CORSConfiguration document (parse, check, store, render) and the rule
 matching of preflight and actual requests, against S3's documented behaviour and, with
 hypothesis, against a small reference model (regular expressions, first rule wins)."""
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import cors
-from gateway.cors import CorsRule
-from gateway.errors import S3Error
+from gateway.s3 import corsrules as cors
+from gateway.s3.corsrules import CorsRule
+from gateway.s3.errors import S3Error
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 MINIMAL = "<AllowedOrigin>https://example.com</AllowedOrigin><AllowedMethod>GET</AllowedMethod>"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, wait_for
-from tests.s3raw import Creds, send
+from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, wait_for
+from tests.support.s3raw import Creds, send
 
 pytestmark = pytest.mark.timeout(180)
 SITE = "https://app.example.com"

@@ -1,13 +1,13 @@
 """Every authentication refusal of issue 12, one table, against a real gateway (node processes
 plus `zonegate serve`): what an attacker sends, what the gateway must answer, and what must be
 left unchanged. Positive rows (status 200/204) show that the refusals are not a gateway that
-refuses everything. Requests are signed with botocore's own signers (tests/s3raw.py).
+refuses everything. Requests are signed with botocore's own signers (tests/support/s3raw.py).
 
 Defects: 1 presigned SigV4 URLs taking unsigned x-amz-* headers; 2 SigV2 / path-style versus
 virtual-host confusion (the resource verified must be the one served;
 the issue's buckets b, b-x and a are bkt, bkt-x and aaa here: S3 names have 3 characters or more); 7 SigV2 Expires that
 overflowed before any signature check; 10 keys with line breaks and the 307 built from Host.
-(Defect 3, node-API replays, is tests/test_node_auth.py: it needs the node processes alone.)
+(Defect 3, node-API replays, is tests/zonestore/test_node_auth.py: it needs the node processes alone.)
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway
-from tests.s3raw import Creds, code_of, presign_v2, presign_v4, send, sign_v2, sign_v4
+from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway
+from tests.support.s3raw import Creds, code_of, presign_v2, presign_v4, send, sign_v2, sign_v4
 
 pytestmark = pytest.mark.timeout(300)
 

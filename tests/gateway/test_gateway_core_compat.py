@@ -25,10 +25,10 @@ from botocore.exceptions import ClientError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.auth.common import lower_headers, signed_bytes, signed_readings
 from gateway.ops.common import meta_value_in, meta_value_out
-from tests import s3raw
-from tests.gwcluster import (
+from gateway.s3.auth.common import lower_headers, signed_bytes, signed_readings
+from tests.support import s3raw
+from tests.support.gwcluster import (
     ACCESS_KEY,
     OTHER_ACCESS,
     OTHER_SECRET,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.gwcluster import ACCESS_KEY, OTHER_ACCESS, OTHER_SECRET, SECRET_KEY, Gateway
-from tests.s3raw import Creds, code_of, error, presign_v4, send, sign_v4
+from tests.support.gwcluster import ACCESS_KEY, OTHER_ACCESS, OTHER_SECRET, SECRET_KEY, Gateway
+from tests.support.s3raw import Creds, code_of, error, presign_v4, send, sign_v4
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,4 +1,4 @@
-"""What one connection may cost the gateway (gateway/httplimits.py, gateway/httpproto.py):
+"""What one connection may cost the gateway (gateway/server/httplimits.py, gateway/server/httpproto.py):
 request heads beyond 8 KiB or 100 lines are refused with S3's RequestHeaderSectionTooLarge
 before they are buffered (a 64 MiB head is cut off after a few KiB, the worker's memory does
 not grow, /health/live answers meanwhile); heads and bodies that stop arriving get
@@ -23,7 +23,14 @@ import pytest
 from botocore.exceptions import ClientError
 
 from erasure.config import ClusterConfig, write_config
-from tests.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, archive_ids, free_port, wait_for
+from tests.support.gwcluster import (
+    ACCESS_KEY,
+    SECRET_KEY,
+    Gateway,
+    archive_ids,
+    free_port,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(240)
 

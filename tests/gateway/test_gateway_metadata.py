@@ -18,7 +18,7 @@ from gateway.metadata import (
 )
 from gateway.metadata.keys import prefix_end
 from gateway.metadata.store import BucketNotEmptyError, UploadChangedError
-from tests import storebackends
+from tests.support import storebackends
 
 # the fixtures (both backends)
 pg_server, stores = storebackends.pg_server, storebackends.stores

@@ -13,7 +13,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
-from tests.gwcluster import Gateway, archive_ids, serving, wait_for
+from tests.support.gwcluster import Gateway, archive_ids, serving, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 MiB = 1024 * 1024

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from erasure.config import NodeSpec
 from erasure.nodeclient import NodeClient, NodeUnavailable, RecordMissing, make_session
-from gateway.metrics import GatewayMetrics, NodeCallMetrics
-from tests.nodeproc import NodeCluster
+from gateway.server.metrics import GatewayMetrics, NodeCallMetrics
+from tests.support.nodeproc import NodeCluster
 
 pytest.importorskip("zonestore.pool", reason="the node daemon needs the drive pool")
 pytestmark = pytest.mark.timeout(120)

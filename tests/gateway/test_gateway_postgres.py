@@ -34,8 +34,8 @@ from gateway.metadata import (
     postgres,
 )
 from gateway.metadata.store import UserRecord, VersionRecord
-from tests.gwcluster import Gateway, archive_ids, wait_for
-from tests.pgserver import PASSWORD, PgServer, free_port, skip_reason
+from tests.support.gwcluster import Gateway, archive_ids, wait_for
+from tests.support.pgserver import PASSWORD, PgServer, free_port, skip_reason
 
 pytestmark = [pytest.mark.timeout(600),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]

@@ -18,8 +18,8 @@ from aiohttp import http_writer
 
 from erasure.config import NodeSpec
 from erasure.nodeclient import NodeClient, make_session
-from gateway.httpproto import BodyChunks
-from tests.nodeproc import NodeCluster
+from gateway.server.httpproto import BodyChunks
+from tests.support.nodeproc import NodeCluster
 
 pytestmark = pytest.mark.timeout(120)
 SECRET = "put-path-secret"
@@ -60,7 +60,7 @@ async def _serve_and_upload(payload: bytes, app_delay: float) -> tuple[str, int,
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, http="gateway.httpproto:GatewayHttpProtocol", loop="uvloop",
+    config = uvicorn.Config(app, http="gateway.server.httpproto:GatewayHttpProtocol", loop="uvloop",
                             log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))

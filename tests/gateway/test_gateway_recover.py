@@ -11,7 +11,7 @@ import sys
 import pytest
 from boto3.s3.transfer import TransferConfig
 
-from tests.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway
+from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")]

@@ -12,7 +12,7 @@ from xml.etree import ElementTree as ET
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.gwcluster import (
+from tests.support.gwcluster import (
     OTHER_ACCESS,
     OTHER_SECRET,
     Gateway,
@@ -306,7 +306,7 @@ def test_virtual_host_style_and_expect_continue(gw, s3, bucket):
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    from tests.gwcluster import ACCESS_KEY, SECRET_KEY
+    from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY
     payload = b"p" * 100_000
     areq = AWSRequest(method="PUT", url=f"http://127.0.0.1:{gw.port}/{bucket}/cont",
                       data=payload, headers={"Expect": "100-continue",
@@ -340,7 +340,7 @@ def test_presigned_urls_v4_and_v2(gw, s3, bucket):
     import http.client
     from urllib.parse import urlsplit
 
-    from tests.gwcluster import ACCESS_KEY, SECRET_KEY
+    from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY
 
     def call(method, url, body=None):
         u = urlsplit(url)
@@ -389,7 +389,7 @@ def test_oversized_put_refused_before_the_body(gw, bucket):
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    from tests.gwcluster import ACCESS_KEY, SECRET_KEY
+    from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY
     size = 6_000_000_000
     areq = AWSRequest(method="PUT", url=f"http://127.0.0.1:{gw.port}/{bucket}/huge",
                       headers={"Expect": "100-continue", "Content-Length": str(size),
@@ -431,7 +431,7 @@ def test_body_cut_short_stores_nothing(gw, s3, bucket):
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    from tests.gwcluster import ACCESS_KEY, SECRET_KEY
+    from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY
     s3.put_object(Bucket=bucket, Key="seed", Body=b"s")
     base = archive_ids(gw)
     size = 8 * 1024 * 1024
@@ -490,8 +490,8 @@ def test_signed_aws_chunked_upload_with_trailer(gw, s3, bucket, tamper):
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    from tests.gwcluster import ACCESS_KEY, SECRET_KEY
-    from tests.test_aws_chunked import ref_encode_signed, ref_key
+    from tests.gateway.test_aws_chunked import ref_encode_signed, ref_key
+    from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY
     data = bytes(range(256)) * 3000
     key = f"chunked-{tamper}"
     req = AWSRequest(method="PUT", url=f"http://127.0.0.1:{gw.port}/{bucket}/{key}", headers={

@@ -1,5 +1,5 @@
 """Stream hints are lifetime classes: bucket + key prefix up to the last `/`, for single PUTs,
-multipart parts and manifests alike, always a hint the node accepts (gateway/streams.py)."""
+multipart parts and manifests alike, always a hint the node accepts (gateway/store/streamhints.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.streams import stream_hint
-from tests.gwcluster import Gateway
+from gateway.store.streamhints import stream_hint
+from tests.support.gwcluster import Gateway
 
 MiB = 1 << 20
 NODE_STREAM = re.compile(r"[\x21-\x7e]{1,256}")  # zonestore/node/handlers.py

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gwcluster import Gateway
+from tests.support.gwcluster import Gateway
 
 pytestmark = pytest.mark.timeout(300)
 MiB = 1024 * 1024

@@ -7,7 +7,7 @@ import time
 
 from gateway.lifecycle import config, worker
 from gateway.metadata import BucketRecord, ObjectRecord
-from tests import storebackends
+from tests.support import storebackends
 
 pg_server = storebackends.pg_server
 stores = storebackends.stores

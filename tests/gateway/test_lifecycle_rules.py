@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import S3Error
 from gateway.lifecycle import config, rules
+from gateway.s3.errors import S3Error
 
 _text = st.text(st.characters(categories=("Lu", "Ll", "Nd"), max_codepoint=0x2FF),
                 max_size=12)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.gwcluster import archive_ids, wait_for
-from tests.lcsupport import start
+from tests.support.gwcluster import archive_ids, wait_for
+from tests.support.lcsupport import start
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -14,8 +14,8 @@ from gateway.metadata import BucketRecord, ObjectRecord
 from gateway.metadata.keys import ListedObject, listed_object
 from gateway.ops.common import iso8601, owner_xml
 from gateway.ops.listing import contents_xml
-from tests import storebackends
-from tests.storebackends import Stores
+from tests.support import storebackends
+from tests.support.storebackends import Stores
 
 pg_server, stores = storebackends.pg_server, storebackends.stores
 

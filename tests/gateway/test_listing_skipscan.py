@@ -9,8 +9,8 @@ import random
 import time
 
 from gateway.metadata import BucketRecord, ObjectRecord
-from tests import storebackends
-from tests.storebackends import Stores
+from tests.support import storebackends
+from tests.support.storebackends import Stores
 
 pg_server, stores = storebackends.pg_server, storebackends.stores
 

@@ -7,7 +7,7 @@ import pytest
 
 from gateway.metadata import BucketRecord, ObjectRecord
 from gateway.metadata.store import UserRecord
-from tests import storebackends
+from tests.support import storebackends
 
 pg_server = storebackends.pg_server
 stores = storebackends.stores

@@ -21,7 +21,7 @@ from gateway.metadata import BucketRecord, ObjectRecord, PartRecord, UploadRecor
 from gateway.metadata.postgres import PostgresStore
 from gateway.metadata.sqlite import SqliteStore
 from gateway.metadata.store import CONFIG_KINDS, DeleteItem, UserRecord, VersionRecord
-from tests import storebackends
+from tests.support import storebackends
 
 pg_server = storebackends.pg_server
 

@@ -8,7 +8,7 @@ import sqlite3
 from gateway.metadata import BucketRecord, ObjectRecord
 from gateway.metadata.store import DeleteItem, VersionRecord
 from gateway.metadata.versionids import new_version_id
-from tests import storebackends
+from tests.support import storebackends
 
 pg_server = storebackends.pg_server
 stores = storebackends.stores

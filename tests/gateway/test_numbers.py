@@ -1,12 +1,12 @@
-"""gateway/numbers.py: the one parser of client numbers takes `[0-9]+` and a bound, nothing
+"""gateway/s3/numbers.py: the one parser of client numbers takes `[0-9]+` and a bound, nothing
 else, whatever the length of the input."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.errors import S3Error
-from gateway.numbers import INT32_MAX, parse_uint, shown, uint_arg
+from gateway.s3.errors import S3Error
+from gateway.s3.numbers import INT32_MAX, parse_uint, shown, uint_arg
 
 
 @given(st.integers(0, 2**63 - 1), st.integers(0, 30))

@@ -13,11 +13,11 @@ import pytest
 
 from erasure.cluster import ErasureCluster
 from erasure.config import ClusterConfig
-from gateway.errors import S3Error
 from gateway.metadata import store_from_config
 from gateway.ops.bucketconfig import save_bucket_acl, save_bucket_config
-from tests.gwcluster import Gateway, archive_ids
-from tests.test_recover_empty_buckets import lose_metadata_store, markers_of
+from gateway.s3.errors import S3Error
+from tests.gateway.test_recover_empty_buckets import lose_metadata_store, markers_of
+from tests.support.gwcluster import Gateway, archive_ids
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,5 +1,5 @@
 """DeleteObjects on a versioned bucket writes its delete markers as a few batch parts
-(gateway/deletemarkers.py, `dmb:` uids), not one part per marker: `recover-metadata` brings
+(gateway/store/deletemarkers.py, `dmb:` uids), not one part per marker: `recover-metadata` brings
 back every marker of a batch; when some markers of a batch are deleted the sweeper moves the
 others to a new part and frees the old (so the deleted ones stay deleted on recovery), and
 the last one's deletion frees its part; a gateway killed (SIGKILL) in the middle of a batch
@@ -13,9 +13,9 @@ import threading
 
 import pytest
 
-from tests.gwcluster import Gateway, archive_ids, wait_for
-from tests.s3versions import versions_of
-from tests.test_recover_versions import backend, lose_the_store, zonegate  # noqa: F401
+from tests.gateway.test_recover_versions import backend, lose_the_store, zonegate  # noqa: F401
+from tests.support.gwcluster import Gateway, archive_ids, wait_for
+from tests.support.s3versions import versions_of
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -1,4 +1,4 @@
-"""Bucket markers (gateway/bucketmarkers.py): after losing the metadata store,
+"""Bucket markers (gateway/store/bucketmarkers.py): after losing the metadata store,
 `zonegate recover-metadata` brings back every bucket, empty ones too, with its owner, creation
 time and region; a deleted bucket stays deleted, even when a node was down at the delete; a
 bucket whose marker cannot be written is not created."""
@@ -16,9 +16,15 @@ import urllib.request
 import pytest
 from botocore.exceptions import ClientError
 
-from gateway.bucketmarkers import PREFIX, find_markers, marker_meta, marker_uid, record_from_meta
 from gateway.metadata import BucketRecord, open_store
-from tests.gwcluster import OTHER_ACCESS, OTHER_SECRET, Gateway, archive_ids, wait_for
+from gateway.store.bucketmarkers import (
+    PREFIX,
+    find_markers,
+    marker_meta,
+    marker_uid,
+    record_from_meta,
+)
+from tests.support.gwcluster import OTHER_ACCESS, OTHER_SECRET, Gateway, archive_ids, wait_for
 from zonestore.ids import validate_record_id
 
 pytestmark = pytest.mark.timeout(180)

@@ -1,11 +1,11 @@
-"""recover-metadata's ordering of a key's versions (gateway/recoverversions.py): oldest first
+"""recover-metadata's ordering of a key's versions (gateway/store/recoverversions.py): oldest first
 by (last-modified, version id), one "null" version (the newest) per key, repeats superseded."""
 
 from __future__ import annotations
 
-from gateway.deletemarkers import new_marker
 from gateway.metadata.store import ObjectRecord
-from gateway.recoverversions import build_chains
+from gateway.store.deletemarkers import new_marker
+from gateway.store.recoverversions import build_chains
 
 
 def obj(key: str, vid: str, t: float, version: str = "") -> ObjectRecord:

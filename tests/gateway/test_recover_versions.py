@@ -17,9 +17,9 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from erasure.config import write_config
-from tests.gwcluster import Gateway, archive_ids, wait_for
-from tests.pgserver import PgServer, skip_reason
-from tests.s3versions import versions_of
+from tests.support.gwcluster import Gateway, archive_ids, wait_for
+from tests.support.pgserver import PgServer, skip_reason
+from tests.support.s3versions import versions_of
 
 pytestmark = pytest.mark.timeout(300)
 MiB = 1024 * 1024

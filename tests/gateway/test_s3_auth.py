@@ -18,15 +18,15 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 
-from gateway.auth import (
+from gateway.s3.auth import (
     RequestBody,
     StaticCredentials,
     authenticate,
     parse_query,
     stored_content_encoding,
 )
-from gateway.auth.sigv4 import canonical_query, canonical_uri
-from gateway.errors import S3Error
+from gateway.s3.auth.sigv4 import canonical_query, canonical_uri
+from gateway.s3.errors import S3Error
 
 AK, SK = "AKIDZONEGATETEST", "zonegate/secret+key/0123456789"
 CREDS = StaticCredentials([("alice", AK, SK), ("bob", "AKIDBOB", "bobsecret")])

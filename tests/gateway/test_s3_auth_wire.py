@@ -26,9 +26,9 @@ from botocore.exceptions import ClientError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.auth import RequestBody, StaticCredentials, authenticate, parse_query
-from gateway.errors import S3Error, error_xml
-from gateway.tls import ensure_self_signed
+from gateway.s3.auth import RequestBody, StaticCredentials, authenticate, parse_query
+from gateway.s3.errors import S3Error, error_xml
+from gateway.server.tls import ensure_self_signed
 
 AK, SK = "AKIDWIRETEST", "wire/secret+key"
 CREDS = StaticCredentials([("alice", AK, SK)])

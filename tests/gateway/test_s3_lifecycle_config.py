@@ -13,8 +13,8 @@ import re
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.gwcluster import signed_request
-from tests.lcsupport import aws_runner, code, start
+from tests.support.gwcluster import signed_request
+from tests.support.lcsupport import aws_runner, code, start
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -10,8 +10,8 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.gwcluster import signed_request
-from tests.lcsupport import aws_runner, code, start
+from tests.support.gwcluster import signed_request
+from tests.support.lcsupport import aws_runner, code, start
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -158,7 +158,7 @@ def test_bucket_tagging(s3):
 
 
 def test_other_users_bucket_is_denied(gw, s3):
-    from tests.gwcluster import OTHER_ACCESS, OTHER_SECRET
+    from tests.support.gwcluster import OTHER_ACCESS, OTHER_SECRET
     other = gw.client(OTHER_ACCESS, OTHER_SECRET)
     s3.put_object(Bucket="tags", Key="mine", Body=b"x", Tagging="a=1")
     with pytest.raises(ClientError) as e:

@@ -17,9 +17,16 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, archive_ids, signed_request, wait_for
-from tests.pgserver import PgServer, skip_reason
-from tests.s3versions import boto_versions, raw_versions, versions_of
+from tests.support.gwcluster import (
+    ACCESS_KEY,
+    SECRET_KEY,
+    Gateway,
+    archive_ids,
+    signed_request,
+    wait_for,
+)
+from tests.support.pgserver import PgServer, skip_reason
+from tests.support.s3versions import boto_versions, raw_versions, versions_of
 
 pytestmark = pytest.mark.timeout(300)
 MiB = 1024 * 1024

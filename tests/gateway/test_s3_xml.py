@@ -12,9 +12,9 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 
-from gateway import xmlio
-from gateway.errors import ERRORS, S3Error, error_xml
-from tests.test_s3_auth import capture, make_client
+from gateway.s3 import xmlio
+from gateway.s3.errors import ERRORS, S3Error, error_xml
+from tests.gateway.test_s3_auth import capture, make_client
 
 KEYS = ["plain", "dir/sub/file.bin", "a b+c%d&e<f>'\"", "ünïcødé/ключ", "tab\there"]
 T = dt.datetime(2026, 11, 29, 9, 30, 15, 123456, tzinfo=dt.UTC)

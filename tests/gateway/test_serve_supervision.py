@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from gateway.devchild import RESTART_DELAY_MAX_S, STABLE_S, Child
-from gateway.httplimits import HttpLimits
-from gateway.serve import remove_stale_metrics_dirs
+from gateway.cli.devchild import RESTART_DELAY_MAX_S, STABLE_S, Child
+from gateway.server.httplimits import HttpLimits
+from gateway.server.serve import remove_stale_metrics_dirs
 
 
 def test_limits_come_from_the_gateway_table_and_bad_values_are_refused():

@@ -13,8 +13,8 @@ import time
 from erasure.codec import Scheme
 from erasure.layout import PartLayout
 from gateway.metadata import BucketRecord, PartRecord, UploadRecord
-from gateway.queues import StoreDeletions, StoreRepairQueue, import_state_dir
-from tests import storebackends
+from gateway.store.erasurequeues import StoreDeletions, StoreRepairQueue, import_state_dir
+from tests.support import storebackends
 
 stores = storebackends.stores
 pg_server = storebackends.pg_server

@@ -1,4 +1,4 @@
-"""Tag sets (gateway/tagging.py): the Tagging document and the x-amz-tagging header round
+"""Tag sets (gateway/s3/tagsets.py): the Tagging document and the x-amz-tagging header round
 trip for every valid tag set, and each of S3's limits is refused with S3's code."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import S3Error
-from gateway.tagging import (
+from gateway.s3.errors import S3Error
+from gateway.s3.tagsets import (
     parse_tagging,
     parse_tagging_header,
     render_tagging,

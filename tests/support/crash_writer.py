@@ -1,7 +1,7 @@
 """Helper process for test_crash_safety: writes, replaces and deletes records on a drive until
 it is killed, printing each operation before it starts and once it is acknowledged.
 
-    python -m tests.crash_writer DRIVE ROUND
+    python -m tests.support.crash_writer DRIVE ROUND
 
 Lines (flushed one by one): READY | PUTTING id ver size | PUT id ver size | DELETING id |
 DELETED id. Record content is `blob(id, ver, size)`, so a reader can check any record alone.

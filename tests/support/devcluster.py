@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from gateway.devchild import child_preexec
+from gateway.cli.devchild import child_preexec
 
 ACCESS_KEY = "ZGTESTACCESSKEY00001"
 SECRET_KEY = "zgTestSecretKey/0123456789abcdefghijklmn"

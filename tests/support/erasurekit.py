@@ -1,5 +1,5 @@
 """Shared pieces of the tests that drive an ErasureCluster over real node processes
-(tests/nodeproc.py): the cluster config of a NodeCluster, and put / read / where of a part."""
+(tests/support/nodeproc.py): the cluster config of a NodeCluster, and put / read / where of a part."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from erasure.cluster import ErasureCluster
 from erasure.config import ClusterConfig
-from tests.nodeproc import NodeCluster
+from tests.support.nodeproc import NodeCluster
 
 
 def cluster_config(nodes: NodeCluster, tmp_path: Path, secret: str) -> ClusterConfig:

@@ -1,4 +1,4 @@
-"""A small real cluster for gateway tests: node processes (tests/nodeproc.py) plus
+"""A small real cluster for gateway tests: node processes (tests/support/nodeproc.py) plus
 `zonegate serve` as a subprocess on a free port, and a boto3 client for it.
 
 k=4, m=2 over 6 nodes keeps start-up and memory small; the code paths are those of 8+2.
@@ -24,7 +24,7 @@ import boto3
 from botocore.config import Config
 
 from erasure.config import write_config
-from tests.nodeproc import MALLOC_ENV, NodeCluster
+from tests.support.nodeproc import MALLOC_ENV, NodeCluster
 from zonestore.emulated import Geometry
 
 ACCESS_KEY = "GWTESTACCESSKEY00001"

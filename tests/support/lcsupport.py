@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, serving
+from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, serving
 
 AWS = str(Path(sys.executable).with_name("aws"))
 

@@ -3,7 +3,7 @@
 Each gateway is its own process group on its own port with its own config file (the same
 nodes, secret, users and `[gateway] metadata`; its own `listen` and `[erasure] state_dir`), so
 a test can send requests to any of them, SIGKILL one and start it again. The metadata target is
-a PostgreSQL URL (tests/pgserver.py) or, for a single host, a SQLite path.
+a PostgreSQL URL (tests/support/pgserver.py) or, for a single host, a SQLite path.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import boto3
 from botocore.config import Config
 
 from erasure.config import write_config
-from tests.gwcluster import (
+from tests.support.gwcluster import (
     ACCESS_KEY,
     OTHER_ACCESS,
     OTHER_SECRET,
@@ -31,7 +31,7 @@ from tests.gwcluster import (
     free_port,
     stop_group,
 )
-from tests.nodeproc import MALLOC_ENV, NodeCluster
+from tests.support.nodeproc import MALLOC_ENV, NodeCluster
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

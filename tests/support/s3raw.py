@@ -2,8 +2,8 @@
 botocore's own signers (SigV4 header and presigned, SigV2 header and query), sent over
 http.client with any Host header, path bytes and body, always with a client timeout.
 
-`Creds(port, access_key, secret_key)` says where and as whom; tests/gwcluster.Gateway and
-tests/devcluster.DevCluster both give one (`creds_of`).
+`Creds(port, access_key, secret_key)` says where and as whom; tests/support/gwcluster.Gateway and
+tests/support/devcluster.DevCluster both give one (`creds_of`).
 """
 
 from __future__ import annotations

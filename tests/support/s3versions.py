@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from urllib.parse import quote
 
-from tests.gwcluster import Gateway, signed_request
+from tests.support.gwcluster import Gateway, signed_request
 
 NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 

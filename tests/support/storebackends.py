@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.metadata import MetadataStore, open_store
-from tests.pgserver import PgServer, pg_server  # noqa: F401 - the fixture, for importers
+from tests.support.pgserver import PgServer, pg_server  # noqa: F401 - the fixture, for importers
 
 BACKENDS = ["sqlite", "postgres"]
 

@@ -5,7 +5,7 @@ afterwards every acknowledged write must read back byte-exact, acknowledged dele
 deleted, every fragment on every node must have an owner (the audit), `zonegate repair` must
 find nothing lost and `zonegate drive fsck` must be clean on every drive.
 
-Used by tests/test_fault_storm.py (short, in `make test`) and its `soak` variant.
+Used by tests/faults/test_fault_storm.py (short, in `make test`) and its `soak` variant.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from erasure.audit import AuditReport, audit
 from erasure.cluster import ErasureCluster
 from erasure.config import ClusterConfig
 from gateway.metadata import SqliteStore
-from tests.gwcluster import Gateway
+from tests.support.gwcluster import Gateway
 
 MiB = 1 << 20
 ZONEGATE = str(Path(sys.executable).parent / "zonegate")
@@ -246,7 +246,7 @@ def run_audit(g: Gateway) -> AuditReport:
     async def go() -> AuditReport:
         store = SqliteStore(g.meta_path)
         try:
-            from gateway.queues import shared_queues  # the gateway's deletion records
+            from gateway.store.erasurequeues import shared_queues  # the gateway's deletion records
             async with ErasureCluster(cfg, health_interval=0, auto_repair=False,
                                       **shared_queues(store)) as c:
                 return await audit(c, store.part_owners)

@@ -5,7 +5,7 @@ The host's kernel has no zoned-device support, so we boot Debian's stock kernel 
 virtio/9p modules, mounts the host's `/` read-only and this checkout read-write at the same path
 over virtio-9p, chroots into it, loads null_blk as an SMR-like zoned device (conventional zones
 first) and finds QEMU's emulated NVMe ZNS namespace (and a plain namespace, to check that it is
-refused), then runs pytest `-m zoned` on the `tests/test_zbd*.py` files against /dev/nvme0n1 and
+refused), then runs pytest `-m zoned` on the `tests/zonestore/test_zbd*.py` files against /dev/nvme0n1 and
 /dev/nullb0 with the host venv's Python.
 The guest writes its exit status to a file in a third, host-visible 9p share.
 
@@ -40,7 +40,7 @@ GUEST_SETUP_STATUS = 99  # what guest.sh exits with when modules or devices are 
 PACKAGES = ["qemu-system-x86", "qemu-utils", "linux-image-amd64", "busybox-static",
             "zbd-utils", "libzbd2", "kmod"]
 REPO = Path(__file__).resolve().parents[2]
-TEST_FILES = "tests/test_zbd*.py"
+TEST_FILES = "tests/zonestore/test_zbd*.py"
 
 ZNS_ZONE = "8M"
 ZNS_GEOMETRY = (f"zoned=true,zoned.zone_size={ZNS_ZONE},zoned.zone_capacity=6M,"

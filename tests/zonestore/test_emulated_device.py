@@ -217,7 +217,7 @@ def test_every_illegal_write_is_refused_and_every_legal_one_accepted(tmp_path_fa
 
 
 def test_drive_create_cli_makes_a_sparse_drive(tmp_path):
-    from gateway.cli import main
+    from gateway.cli.main import main
 
     assert main(["drive", "create", str(tmp_path / "d"), "--zones", "16"]) == 0
     usage = sum(os.stat(p).st_blocks for p in (tmp_path / "d" / "zones").iterdir()) * 512

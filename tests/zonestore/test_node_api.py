@@ -13,7 +13,7 @@ import aiohttp
 import crc32c
 import pytest
 
-from tests.nodeproc import NodeCluster, node_request
+from tests.support.nodeproc import NodeCluster, node_request
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from tests.nodeproc import NodeCluster, node_request
+from tests.support.nodeproc import NodeCluster, node_request
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.nodeproc import NodeCluster, node_request
+from tests.support.nodeproc import NodeCluster, node_request
 from zonestore.nodeauth import sign_headers
 
 pytestmark = pytest.mark.timeout(300)
@@ -433,7 +433,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, s
 
 @pytest.fixture
 async def node(tmp_path):
-    from tests.nodeproc import TEST_GEOMETRY
+    from tests.support.nodeproc import TEST_GEOMETRY
     from zonestore.node.server import NodeOptions, NodeServer
 
     n = NodeServer(NODE, [tmp_path / "d0"], "127.0.0.1", 0, SECRET,

@@ -14,7 +14,7 @@ import sys
 import aiohttp
 import pytest
 
-from tests.nodeproc import MALLOC_ENV, NodeCluster, node_request
+from tests.support.nodeproc import MALLOC_ENV, NodeCluster, node_request
 
 pytestmark = pytest.mark.timeout(300)
 MiB = 1 << 20

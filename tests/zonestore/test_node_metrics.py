@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.nodeproc import NodeCluster, node_request
+from tests.support.nodeproc import NodeCluster, node_request
 
 pytestmark = pytest.mark.timeout(300)
 

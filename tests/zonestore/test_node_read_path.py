@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.zonelog_helpers import KiB, MiB, make_drive, open_log, payload
+from tests.support.zonelog_helpers import KiB, MiB, make_drive, open_log, payload
 from zonestore.errors import CorruptRecord, InvalidRange, RecordNotFound
 from zonestore.pool import DrivePool
 from zonestore.record import crc32c

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.nodeproc import NodeCluster, node_request
+from tests.support.nodeproc import NodeCluster, node_request
 from zonestore.emulated import Geometry
 
 pytestmark = pytest.mark.timeout(300)

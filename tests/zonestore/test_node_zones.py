@@ -10,7 +10,7 @@ import os
 import aiohttp
 import pytest
 
-from tests.nodeproc import NodeCluster, node_request
+from tests.support.nodeproc import NodeCluster, node_request
 from zonestore.emulated import Geometry
 
 pytestmark = pytest.mark.timeout(300)

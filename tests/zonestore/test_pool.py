@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.zonelog_helpers import KiB, MiB, make_drive, open_log, payload, read_all
+from tests.support.zonelog_helpers import KiB, MiB, make_drive, open_log, payload, read_all
 from zonestore.errors import RecordNotFound
 from zonestore.pool import DrivePool
 

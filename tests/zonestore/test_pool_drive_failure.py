@@ -1,7 +1,7 @@
 """A drive of a pool that starts giving EIO (zonestore/drivefail.py), in process: the fault is
 injected by the test into the drive's device object, on read and on write; the pool marks
 the drive failed, stops finding, listing and writing there, and puts go to the other drive.
-(tests/test_fault_drive_eio.py does it for real, with a kernel filesystem shut down.)"""
+(tests/faults/test_fault_drive_eio.py does it for real, with a kernel filesystem shut down.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import errno
 
 import pytest
 
-from tests.zonelog_helpers import KiB, make_drive, open_log, payload
+from tests.support.zonelog_helpers import KiB, make_drive, open_log, payload
 from zonestore.drivefail import DriveFailed, UnreadableRecord, is_drive_failure
 from zonestore.errors import CorruptRecord, NoSpace
 from zonestore.pool import DrivePool

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tests.zonelog_helpers import KiB, make_drive, open_device, open_log, payload, read_all
+from tests.support.zonelog_helpers import KiB, make_drive, open_device, open_log, payload, read_all
 from zonestore.errors import RecordNotFound
 from zonestore.fsck import fsck
 

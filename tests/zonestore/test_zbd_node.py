@@ -17,7 +17,7 @@ import aiohttp
 import crc32c
 import pytest
 
-from tests.nodeproc import NodeCluster, node_request
+from tests.support.nodeproc import NodeCluster, node_request
 from tests.zoned import procaudit
 from tests.zoned.support import SKIP_REASON, reset_all, zoned_device_paths
 
@@ -36,7 +36,7 @@ def reset_devices() -> None:
             reset_all(d)
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

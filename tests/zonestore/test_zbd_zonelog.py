@@ -29,7 +29,7 @@ from zonestore.errors import CorruptRecord, InvalidRange, RecordNotFound
 pytestmark = [pytest.mark.zoned, pytest.mark.timeout(600)]
 
 KiB, MiB = 1024, 1024 * 1024
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -323,7 +323,7 @@ async def test_churn_below_90_percent_live_never_runs_out_of_space_on_the_device
     overwrites and deletes holding the live data at 85 % of the capacity until 1.3 x the
     capacity was put: no NoSpace, the space figures add up, every live record reads back
     (WA printed)."""
-    from tests.space_workload import Churn, capacity, check_accounting, read_back
+    from tests.support.space_workload import Churn, capacity, check_accounting, read_back
     from tests.zoned.support import ZoneWindow
 
     log = await open_log(ZoneWindow(zbd_dev, 32), tmp_path / "index.sqlite",

@@ -19,7 +19,7 @@ import pytest
 
 from tests.zoned import harness
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
@@ -47,8 +47,8 @@ def explain(res: subprocess.CompletedProcess[str]) -> str:
 
 
 def guest_pytest(marks: str) -> list[str]:
-    """Harness arguments: the guest's pytest on every tests/test_zbd*.py, these marks."""
-    files = [str(p.relative_to(REPO)) for p in sorted(REPO.glob("tests/test_zbd*.py"))]
+    """Harness arguments: the guest's pytest on every tests/zonestore/test_zbd*.py, these marks."""
+    files = [str(p.relative_to(REPO)) for p in sorted(REPO.glob("tests/zonestore/test_zbd*.py"))]
     return ["--", "-m", marks, "-q", *files]
 
 

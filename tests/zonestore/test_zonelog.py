@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.zonelog_helpers import KiB, MiB, agen, make_drive, open_log, payload, read_all
+from tests.support.zonelog_helpers import KiB, MiB, agen, make_drive, open_log, payload, read_all
 from zonestore.device import ZoneCondition
 from zonestore.errors import CorruptRecord, InvalidRange, NoSpace, RecordNotFound
 from zonestore.record import crc32c

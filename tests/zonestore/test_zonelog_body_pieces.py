@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.zonelog_helpers import KiB, MiB, make_drive, open_log, payload, read_all
+from tests.support.zonelog_helpers import KiB, MiB, make_drive, open_log, payload, read_all
 from zonestore.record import crc32c
 
 CHUNK = 64 * KiB  # open_log's chunk size

@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.zonelog_helpers import KiB, make_drive, open_device, open_log, payload, read_all
+from tests.support.zonelog_helpers import KiB, make_drive, open_device, open_log, payload, read_all
 from zonestore.fsck import fsck
 
 ID = st.sampled_from([f"id{i}" for i in range(8)])
@@ -109,7 +109,7 @@ async def test_lagging_index_is_caught_up_on_open(tmp_path):
 
 
 def zonegate(*args: str) -> subprocess.CompletedProcess:
-    code = "import sys; from gateway.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from gateway.cli.main import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           timeout=60)
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.space_workload import Churn, KiB, MiB, capacity, check_accounting, read_back
-from tests.zonelog_helpers import make_drive, open_log
+from tests.support.space_workload import Churn, KiB, MiB, capacity, check_accounting, read_back
+from tests.support.zonelog_helpers import make_drive, open_log
 from zonestore.errors import NoSpace
 
 pytestmark = pytest.mark.timeout(300)

@@ -1,7 +1,7 @@
 """Request heads for the node's lean PUT path (fastput.py): which heads it serves itself,
 which it lends to aiohttp, which it hands over for good; and the header-line grammar its
 chunked-body decoder checks trailers against. Regexes rather than a Python loop per line;
-tests/test_node_fast_put.py holds them to what aiohttp reads."""
+tests/zonestore/test_node_fast_put.py holds them to what aiohttp reads."""
 
 from __future__ import annotations
 

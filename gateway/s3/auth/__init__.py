@@ -3,7 +3,7 @@ verified, decoded request body.
 
 Entry points for the app:
 
-    from gateway.auth import authenticate, RequestBody, StaticCredentials
+    from gateway.s3.auth import authenticate, RequestBody, StaticCredentials
     auth = authenticate(method, raw_path, query_pairs, headers, lookup)   # raises S3Error
     body = RequestBody(auth, headers, request.stream())                   # async iterator
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl
 
-from gateway.auth import sigv2, sigv4
-from gateway.auth.chunked import AwsChunkedDecoder
-from gateway.auth.common import (
+from gateway.s3.auth import sigv2, sigv4
+from gateway.s3.auth.chunked import AwsChunkedDecoder
+from gateway.s3.auth.common import (
     STREAMING_SIGNED,
     STREAMING_SIGNED_TRAILER,
     STREAMING_UNSIGNED_TRAILER,
@@ -29,9 +29,9 @@ from gateway.auth.common import (
     first,
     lower_headers,
 )
-from gateway.auth.credentials import CredentialLookup, StaticCredentials
-from gateway.auth.payload import RequestBody, stored_content_encoding
-from gateway.errors import S3Error
+from gateway.s3.auth.credentials import CredentialLookup, StaticCredentials
+from gateway.s3.auth.payload import RequestBody, stored_content_encoding
+from gateway.s3.errors import S3Error
 
 __all__ = [
     "STREAMING_SIGNED", "STREAMING_SIGNED_TRAILER", "STREAMING_UNSIGNED_TRAILER",

@@ -27,19 +27,19 @@ import asyncio
 import hashlib
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 
-from gateway.auth.common import (
+from gateway.s3.auth.common import (
     STREAMING_MODES,
     STREAMING_SIGNED,
     STREAMING_SIGNED_TRAILER,
     AuthResult,
 )
-from gateway.auth.sigv4 import (
+from gateway.s3.auth.sigv4 import (
     EMPTY_SHA256,
     chunk_signature,
     signatures_equal,
     trailer_signature,
 )
-from gateway.errors import S3Error
+from gateway.s3.errors import S3Error
 
 MAX_LINE = 4096
 MAX_CHUNK = 16 * 1024 * 1024

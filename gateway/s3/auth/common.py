@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from email.utils import mktime_tz, parsedate_tz
 
-from gateway.errors import S3Error
+from gateway.s3.errors import S3Error
 
 MAX_SKEW_SECONDS = 15 * 60
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"

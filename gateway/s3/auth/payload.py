@@ -21,11 +21,11 @@ import hashlib
 from collections.abc import AsyncIterable, AsyncIterator
 from concurrent.futures import Executor
 
-from gateway import checksums
-from gateway.auth.chunked import AwsChunkedDecoder
-from gateway.auth.common import AuthResult, Headers, first, lower_headers
-from gateway.errors import S3Error
-from gateway.numbers import parse_uint, shown
+from gateway.s3 import checksums
+from gateway.s3.auth.chunked import AwsChunkedDecoder
+from gateway.s3.auth.common import AuthResult, Headers, first, lower_headers
+from gateway.s3.errors import S3Error
+from gateway.s3.numbers import parse_uint, shown
 
 
 def _parse_length(value: str, name: str) -> int:

@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import time
 
-from gateway.auth.common import (
+from gateway.s3.auth.common import (
     UNSIGNED_PAYLOAD,
     AuthResult,
     Headers,
@@ -26,9 +26,9 @@ from gateway.auth.common import (
     signed_bytes,
     signed_readings,
 )
-from gateway.auth.credentials import CredentialLookup
-from gateway.errors import S3Error
-from gateway.numbers import parse_uint
+from gateway.s3.auth.credentials import CredentialLookup
+from gateway.s3.errors import S3Error
+from gateway.s3.numbers import parse_uint
 
 MAX_EXPIRES = 253402300799  # 9999-12-31T23:59:59Z, the last second time.strftime shows
 

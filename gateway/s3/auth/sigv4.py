@@ -20,7 +20,7 @@ import hmac
 import time
 from urllib.parse import quote, unquote_to_bytes
 
-from gateway.auth.common import (
+from gateway.s3.auth.common import (
     MAX_SKEW_SECONDS,
     UNSIGNED_PAYLOAD,
     AuthResult,
@@ -38,9 +38,9 @@ from gateway.auth.common import (
     signed_bytes,
     signed_readings,
 )
-from gateway.auth.credentials import CredentialLookup
-from gateway.errors import S3Error
-from gateway.numbers import parse_uint
+from gateway.s3.auth.credentials import CredentialLookup
+from gateway.s3.errors import S3Error
+from gateway.s3.numbers import parse_uint
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_PRESIGN_EXPIRES = 7 * 24 * 3600

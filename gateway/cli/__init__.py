@@ -1,0 +1,2 @@
+"""The `zonegate` command line: the entry point (`main.py`) and the gateway's own tools
+(`dev`, `status`, `user`)."""

@@ -1,0 +1,1 @@
+"""Shared test helpers: clusters, node processes, raw S3 clients, PostgreSQL."""

@@ -1,4 +1,4 @@
-"""`make test` proves the real zoned-device path: boot QEMU and run the zoned tests in the guest.
+"""`make test-zoned` proves the real zoned-device path: boot QEMU and run the zoned tests in the guest.
 
 Runs `python -m tests.zoned.harness` (what `make test-zoned` runs) when QEMU, a Debian kernel,
 busybox-static and libzbd are installed (`.ci/run` installs them), and skips with the harness's
@@ -22,7 +22,7 @@ from tests.zoned import harness
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.qemu,
     pytest.mark.skipif(bool(os.environ.get("ZONEGATE_IN_GUEST")), reason="already in the guest"),
 ]
 

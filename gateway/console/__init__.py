@@ -20,25 +20,6 @@ logout check Origin, logout also a CSRF token. No secret ever appears in a URL, 
 a log line.
 
 Modules: `session.py` (cookie signing, CSRF), `data.py` (health, capacity, zone map, request
-counters), `browser.py` (buckets, objects, presigning), `routes.py` (endpoints, middleware).
+counters), `browser.py` (buckets, objects, presigning), `routes.py` (endpoints, middleware,
+`install` into the gateway's app).
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-
-def enabled(gateway_section: Any) -> bool:
-    """`[gateway] console` (default true)."""
-    value = dict(gateway_section or {}).get("console", True)
-    if isinstance(value, str):
-        return value.strip().lower() not in ("false", "no", "off", "0")
-    return bool(value)
-
-
-def install(app: Any) -> None:
-    """Serve the console from the gateway's starlette app (call in create_app, after the
-    operator endpoints: the console is outermost, so its requests count as no S3 request)."""
-    from gateway.console.routes import Console, ConsoleEndpoints
-
-    app.add_middleware(ConsoleEndpoints, console=Console(app.state.gateway))

@@ -253,3 +253,17 @@ class ConsoleEndpoints:
                 await self.console.app(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def enabled(gateway_section: Any) -> bool:
+    """`[gateway] console` (default true)."""
+    value = dict(gateway_section or {}).get("console", True)
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "no", "off", "0")
+    return bool(value)
+
+
+def install(app: Any) -> None:
+    """Serve the console from the gateway's starlette app (call in create_app, after the
+    operator endpoints: the console is outermost, so its requests count as no S3 request)."""
+    app.add_middleware(ConsoleEndpoints, console=Console(app.state.gateway))

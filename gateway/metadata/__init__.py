@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.metadata.postgres import PostgresStore, redact
 from gateway.metadata.queues import RepairEntry
 from gateway.metadata.sqlite import SqliteStore
 from gateway.metadata.store import (
@@ -36,7 +37,6 @@ def open_store(target: str, *, free_delay: float = 0.0, password_file: str | Non
     """The metadata store at target: a postgresql:// URL (any libpq URL; the password from
     password_file, PGPASSWORD or ~/.pgpass) or a SQLite file path. Call `await start()`."""
     if is_database_url(target):
-        from gateway.metadata.postgres import PostgresStore
         kw: dict[str, Any] = {} if pool_size is None else {"pool_size": pool_size}
         return PostgresStore(target, free_delay=free_delay, password_file=password_file, **kw)
     return SqliteStore(target, free_delay=free_delay)
@@ -76,7 +76,6 @@ async def check_store(gateway_config: dict | None) -> None:
 def describe(target: str) -> str:
     """target for messages: a URL without its password."""
     if is_database_url(target):
-        from gateway.metadata.postgres import redact
         return redact(target)
     return target
 

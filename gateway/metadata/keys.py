@@ -240,3 +240,13 @@ def rollup_uploads(rows: Iterable[Any], prefix: str, delimiter: str, limit: int,
             items.append(item_of(row))
             last = key_str(kb)
     return ListPage(items, prefixes, truncated, last if truncated else None)
+
+
+# A bucket's marker on the nodes (gateway/store/bucketmarkers.py): the store names its part uid
+# as a live part for the fragment audit.
+MARKER_PREFIX = "bucket:"
+
+
+def marker_uid(name: str, created: float) -> str:
+    """The part uid of the marker of the bucket `name` created at `created` (epoch seconds)."""
+    return f"{MARKER_PREFIX}{name}:{round(created * 1_000_000):x}"

@@ -41,6 +41,7 @@ from gateway.metadata.keys import (
     key_bytes,
     key_str,
     listed_object,
+    marker_uid,
     prefix_end,
     rollup_uploads,
 )
@@ -546,7 +547,6 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
         return await self._read(lambda c: c.fetchval("SELECT COUNT(*) FROM orphans"))
 
     async def part_owners(self) -> dict[str, str]:
-        from gateway.store.bucketmarkers import marker_uid
 
         async def snap(c: asyncpg.Connection) -> dict[str, str]:
             out: dict[str, str] = {}

@@ -32,6 +32,7 @@ from gateway.metadata.keys import (
     key_bytes,
     key_str,
     listed_object,
+    marker_uid,
     prefix_end,
     rollup_uploads,
 )
@@ -550,7 +551,6 @@ class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, MetadataStore):
         """Every part uid something here owns -> what: "live" (an object's part or manifest,
         an upload's part, a bucket's marker), "pending write" or "queued for deletion" (the
         orphan queue). For the fragment audit (gateway/store/partowners.py)."""
-        from gateway.store.bucketmarkers import marker_uid
         out: dict[str, str] = {}
         c = self._conn()
         c.execute("BEGIN")  # one snapshot of every table

@@ -25,6 +25,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.access.proxies import TrustedProxies, from_request
+from gateway.console.routes import enabled as console_enabled
+from gateway.console.routes import install as install_console
 from gateway.lifecycle.worker import LifecycleWorker
 from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
 from gateway.ops import (
@@ -45,6 +47,7 @@ from gateway.ops.access import action_for, hide_missing
 from gateway.ops.common import S3Request, new_request_id
 from gateway.s3 import auth
 from gateway.s3.errors import S3Error, error_xml
+from gateway.server.health import install as install_operations
 from gateway.server.users import UserDirectory
 from gateway.store.storage import Storage
 from zonestore.logsetup import REQUEST_ID
@@ -456,9 +459,7 @@ def create_app(config_path_or_config: Any) -> Starlette:
     app.router.redirect_slashes = False
     app.state.gateway = gw
     app.add_middleware(cors.CorsHeaders, gw=gw)  # Access-Control-* on S3 answers
-    from gateway.server.health import install as install_operations
     install_operations(app)  # /health/*, /metrics, request and node-call metrics
-    from gateway import console
-    if console.enabled(getattr(config, "gateway", None)):
-        console.install(app)  # /console (unsigned requests only), see gateway/console
+    if console_enabled(getattr(config, "gateway", None)):
+        install_console(app)  # /console (unsigned requests only), see gateway/console
     return app

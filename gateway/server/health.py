@@ -23,7 +23,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.server.metrics import ASGIApp, Receive, Scope, Send, metrics_endpoint
+from gateway.server.metrics import (
+    ASGIApp,
+    MetricsMiddleware,
+    Receive,
+    Scope,
+    Send,
+    instrument_cluster,
+    metrics_endpoint,
+)
 
 NODE_CHECK_TIMEOUT = 3.0  # a readiness probe must answer even when nodes hang
 FRESH_FOR = 1.0  # node states younger than this are reused instead of asking again
@@ -162,7 +170,6 @@ class OperatorEndpoints:
 def install(app: Any) -> None:
     """Add the operator endpoints and request metrics to the gateway's starlette app and
     instrument its erasure cluster (call in create_app, before the app starts)."""
-    from gateway.server.metrics import MetricsMiddleware, instrument_cluster
     gw = getattr(app.state, "gateway", None)
     cluster = getattr(getattr(gw, "storage", None), "cluster", None)
     if cluster is not None:

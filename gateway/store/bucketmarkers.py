@@ -49,18 +49,14 @@ from typing import Any
 
 from erasure.errors import ErasureError
 from gateway.metadata import BucketRecord, store_from_config
+from gateway.metadata.keys import MARKER_PREFIX, marker_uid
 
 log = logging.getLogger("zonegate.bucketmarkers")
 
-PREFIX = "bucket:"
+PREFIX = MARKER_PREFIX
 KIND = "bucket"
 STREAM = "bucket-markers"  # markers live long: keep them together, away from object data
 RETRY_DELAY = 60.0  # seconds before the sweeper retries a marker removal that failed inline
-
-
-def marker_uid(name: str, created: float) -> str:
-    """The part uid of the marker of the bucket `name` created at `created` (epoch seconds)."""
-    return f"{PREFIX}{name}:{round(created * 1_000_000):x}"
 
 
 def marker_meta(rec: BucketRecord, configs: dict[str, str] | None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from gateway.access import acl, proxies
@@ -22,8 +22,10 @@ from gateway.access.evaluate import BucketAccess, Decision, ObjectAccess, decide
 from gateway.access.identity import ACCOUNT, Requester, canonical_id, user_arn
 from gateway.access.policy import Policy, parse_policy
 from gateway.metadata import BucketRecord
-from gateway.ops.common import S3Request
 from gateway.s3.errors import S3Error
+
+if TYPE_CHECKING:
+    from gateway.ops.common import S3Request
 
 # Handler (module.function) -> S3 action. Other branches' handlers add their entries here.
 ACTIONS: dict[str, str] = {

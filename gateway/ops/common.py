@@ -17,6 +17,7 @@ from xml.sax.saxutils import escape
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.ops.access import authorize
 from gateway.s3 import checksums
 from gateway.s3.auth import RequestBody
 from gateway.s3.errors import S3Error
@@ -259,7 +260,6 @@ async def require_bucket(req: S3Request, got: tuple[Any, dict[str, str]] | None 
         raise S3Error("NoSuchBucket", resource="/" + req.bucket, BucketName=req.bucket)
     # kept for bucket_access and the handler (versioning state, lifecycle rules): one read
     req.extra.setdefault("configs", {})[b.name] = configs
-    from gateway.ops.access import authorize
     await authorize(req, b)
     return b
 

@@ -438,3 +438,23 @@ def test_rotation_http_refusal_and_recover_metadata(gw, s3):
             if line and not line.startswith("#")]
     raw = gw.meta_path.read_bytes() + gw.log_path.read_bytes()
     assert not any(k in raw for k in keys)
+
+
+def test_streamed_put_without_length_is_encrypted(gw, s3):
+    # curl -T - from a pipe: chunked, no length; stored in internal 8 MiB parts, each sealed
+    mark = b"STREAMED-PUT-MARKER-9876543210"  # not MARK: that one's plaintext copy was deleted
+    piped = mark * ((19 * MiB) // len(mark))  # but may still wait for the sweeper
+    r = subprocess.run(
+        ["curl", "-sS", "--fail", "--noproxy", "*", "--user", f"{ACCESS_KEY}:{SECRET_KEY}",
+         "--aws-sigv4", "aws:amz:us-east-1:s3", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+         "-H", "x-amz-server-side-encryption: AES256", "-T", "-",
+         f"{gw.endpoint}/{B}/piped/enc.bin"], input=piped, capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    h = s3.head_object(Bucket=B, Key="piped/enc.bin")
+    assert h["ServerSideEncryption"] == "AES256" and h["ContentLength"] == len(piped)
+    assert h["ETag"] == f'"{hashlib.md5(piped).hexdigest()}"'
+    assert s3.get_object(Bucket=B, Key="piped/enc.bin")["Body"].read() == piped
+    a, b = 8 * MiB - 10, 16 * MiB + 10  # across both internal part boundaries
+    got = s3.get_object(Bucket=B, Key="piped/enc.bin", Range=f"bytes={a}-{b}")["Body"].read()
+    assert got == piped[a:b + 1]
+    assert mark * 8 not in node_bytes(gw)

@@ -71,38 +71,44 @@ def seal_chunks(aead: AESGCM, number: int, first: int, chunks: list[memoryview |
     n = len(chunks)
     for i, c in enumerate(chunks):
         ad = _LAST if last and i == n - 1 else _MORE
-        out.append(aead.encrypt(nonce(number, first + i), bytes(c), ad))
+        out.append(aead.encrypt(nonce(number, first + i), c, ad))  # views: no copy
     return b"".join(out)
 
 
 async def seal(body: AsyncIterable[bytes], aead: AESGCM, number: int,
                chunk: int = CHUNK) -> AsyncIterator[bytes]:
     """The sealed form of a part's plaintext stream. The last chunk is only sealed once the
-    stream has ended (it is the one marked last, even when it is a whole chunk)."""
-    buf = b""
+    stream has ended (it is the one marked last, even when it is a whole chunk). Chunks are
+    views of the incoming pieces; only a chunk that straddles two pieces is copied."""
+    carry = b""  # 1..chunk bytes held back until we know whether more follow
     index = 0
     async for piece in body:
         if not piece:
             continue
-        buf = buf + piece if buf else bytes(piece)
-        if len(buf) <= chunk:
+        view = memoryview(piece)
+        pos = 0
+        if carry and len(carry) < chunk:
+            pos = min(chunk - len(carry), len(view))
+            carry += view[:pos]
+        if pos == len(view):
             continue
-        # Seal every whole chunk that is surely followed by more bytes.
-        whole = (len(buf) - 1) // chunk
-        view = memoryview(buf)
-        batch = [view[i * chunk:(i + 1) * chunk] for i in range(whole)]
-        out = await asyncio.to_thread(seal_chunks, aead, number, index, batch, False)
-        index += whole
-        buf = bytes(view[whole * chunk:])
-        yield out
-    if buf:
-        yield await asyncio.to_thread(seal_chunks, aead, number, index, [buf], True)
+        rest = view[pos:]
+        whole = (len(rest) - 1) // chunk  # the last 1..chunk bytes are held back
+        batch: list[memoryview | bytes] = [carry] if carry else []
+        batch += [rest[i * chunk:(i + 1) * chunk] for i in range(whole)]
+        carry = bytes(rest[whole * chunk:])
+        if batch:
+            out = await asyncio.to_thread(seal_chunks, aead, number, index, batch, False)
+            index += len(batch)
+            yield out
+    if carry:
+        yield await asyncio.to_thread(seal_chunks, aead, number, index, [carry], True)
 
 
 def open_chunk(aead: AESGCM, number: int, index: int, sealed: bytes | memoryview,
                last: bool) -> bytes:
     try:
-        return aead.decrypt(nonce(number, index), bytes(sealed), _LAST if last else _MORE)
+        return aead.decrypt(nonce(number, index), sealed, _LAST if last else _MORE)
     except InvalidTag:
         raise DecryptError(f"chunk {index} of part {number} does not open") from None
 
@@ -128,20 +134,19 @@ class ReadPlan:
     stored_parts: list[dict[str, Any]]
     offset: int
     length: int
-    jobs: list[tuple[AESGCM, int, int, int, int, int]]  # per part: aead, number, size, c0, c1, lo/hi
+    # per overlapping part: (cipher, part number, plaintext size, first chunk, end chunk,
+    # plaintext offset of the part in the object)
+    parts: list[tuple[AESGCM, int, int, int, int, int]]
 
     def chunks(self, a: int, b: int) -> Iterator[_Job]:
         """The chunks, each with the plaintext slice to keep, for plaintext [a, b)."""
-        pos = 0
-        for aead, number, size, c0, c1, start in self.jobs:
+        for aead, number, size, c0, c1, start in self.parts:
             n_chunks = -(-size // CHUNK)
             for i in range(c0, c1):
-                lo_abs = start + i * CHUNK
+                at = start + i * CHUNK
                 clen = min(CHUNK, size - i * CHUNK)
-                lo = max(a - lo_abs, 0)
-                hi = min(b - lo_abs, clen)
-                yield _Job(aead, number, i, clen + TAG, i == n_chunks - 1, lo, hi)
-            pos += size
+                yield _Job(aead, number, i, clen + TAG, i == n_chunks - 1,
+                           max(a - at, 0), min(b - at, clen))
 
 
 def plan(parts: list[dict[str, Any]], data_key: bytes, offset: int, length: int) -> ReadPlan:
@@ -189,22 +194,29 @@ async def unseal(stored: AsyncIterator[bytes], rp: ReadPlan, offset: int, length
     sealed chunks, opened a batch (one incoming piece's worth) at a time in a worker thread."""
     jobs = rp.chunks(offset, offset + length)
     job = next(jobs, None)
-    buf = b""
+    carry = b""  # the start of a sealed chunk that straddles two pieces (the only copy)
     async for piece in stored:
-        buf = buf + piece if buf else bytes(piece)
-        batch: list[tuple[_Job, bytes]] = []
-        view = memoryview(buf)
+        view = memoryview(piece)
         pos = 0
-        while job is not None and len(buf) - pos >= job.sealed:
+        batch: list[tuple[_Job, bytes | memoryview]] = []
+        if carry and job is not None:
+            pos = min(job.sealed - len(carry), len(view))
+            carry += view[:pos]
+            if len(carry) < job.sealed:
+                continue
+            batch.append((job, carry))
+            carry = b""
+            job = next(jobs, None)
+        while job is not None and len(view) - pos >= job.sealed:
             batch.append((job, view[pos:pos + job.sealed]))
             pos += job.sealed
             job = next(jobs, None)
+        carry += view[pos:]
         if batch:
             out = await asyncio.to_thread(_open_batch, batch)
-            buf = bytes(view[pos:])
             if out:
                 yield out
-    if job is not None or buf:
+    if job is not None or carry:
         raise DecryptError("the stored bytes of an encrypted object ended early")
 
 

@@ -157,6 +157,19 @@ def test_sse_c_put_get_and_key_errors(gw, s3):
     assert code(e) == "InvalidRequest"
     env = envelope(gw, B, "c/obj")
     assert env["mode"] == "SSE-C" and "key_id" not in env
+    # empty objects: nothing sealed, the key still required
+    s3.put_object(Bucket=B, Key="c/empty", Body=b"", **ssec(KEY1))
+    s3.put_object(Bucket=B, Key="s3/empty", Body=b"", ServerSideEncryption="AES256")
+    assert s3.get_object(Bucket=B, Key="c/empty", **ssec(KEY1))["Body"].read() == b""
+    assert s3.get_object(Bucket=B, Key="s3/empty")["Body"].read() == b""
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=B, Key="c/empty", **ssec(KEY2))
+    assert code(e) == "AccessDenied"
+    # GET takes no x-amz-server-side-encryption header (S3: 400)
+    from tests.support.gwcluster import signed_request
+    st, _, body = signed_request(gw, "GET", f"/{B}/s3/empty",
+                                 headers={"x-amz-server-side-encryption": "AES256"})
+    assert st == 400 and b"<Code>InvalidArgument</Code>" in body
     # the key is nowhere in the store, in any encoding
     raw = gw.meta_path.read_bytes() + b"".join(
         p.read_bytes() for p in gw.meta_path.parent.glob("meta.sqlite-wal"))

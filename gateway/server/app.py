@@ -104,7 +104,9 @@ class Gateway:
         self.storage = storage or Storage.from_config(config, self.store)
         # SSE-S3 master keys and SSE-C over HTTP (gateway/store/ssekeys.py); a bad key file
         # stops the start-up here, with one line naming it
-        self.sse = SseSettings.from_gateway(gw)
+        source = str(getattr(config, "source", ""))
+        self.sse = SseSettings.from_gateway(gw, os.path.dirname(source) if
+                                            os.path.isfile(source) else None)
         self._sweeper: asyncio.Task | None = None
         self._kick = asyncio.Event()
         # lifecycle_day_seconds shortens the lifecycle day for tests (rgw_lc_debug_interval)

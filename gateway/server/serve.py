@@ -178,7 +178,8 @@ def _check_metadata(config_path: str) -> None:
     from gateway.metadata import check_store
     from gateway.store.ssekeys import SseSettings
     gw = ClusterConfig.load(config_path).gateway
-    SseSettings.from_gateway(gw)  # a bad sse_master_key_file: one line (ValueError), exit 1
+    # a bad sse_master_key_file: one line (ValueError), exit 1
+    SseSettings.from_gateway(gw, os.path.dirname(os.path.abspath(config_path)))
     asyncio.run(check_store(gw))
 
 

@@ -122,8 +122,12 @@ class SseSettings:
     allow_http: bool = False
 
     @classmethod
-    def from_gateway(cls, gw: dict[str, Any]) -> SseSettings:
+    def from_gateway(cls, gw: dict[str, Any], base: str | None = None) -> SseSettings:
+        """From a `[gateway]` table; a relative key file path is taken from `base` (the
+        config file's directory), as tls_cert is."""
         path = gw.get("sse_master_key_file")
+        if path and base and not os.path.isabs(str(path)):
+            path = os.path.join(base, str(path))
         master = MasterKeys.load(str(path)) if path else None
         return cls(master, _flag(gw.get("sse_c_allow_http", False)))
 

@@ -177,3 +177,25 @@ def test_customer_key_envelope():
     # the ETag of SSE-C content is stable per object and not the MD5
     md5 = "0123456789abcdef0123456789abcdef"
     assert ssekeys.opaque_etag(data_key, md5) == ssekeys.opaque_etag(data_key, md5) != md5
+
+
+def test_relative_key_file_and_serve_refuses_a_bad_one(tmp_path):
+    import subprocess
+    import sys
+
+    from erasure.config import write_config
+    (tmp_path / "keys").write_text(ssekeys.new_key_line("r1"))
+    st = ssekeys.SseSettings.from_gateway({"sse_master_key_file": "keys"}, str(tmp_path))
+    assert st.master is not None and st.master.newest == "r1" and not st.allow_http
+    assert ssekeys.SseSettings.from_gateway({"sse_c_allow_http": "true"}).allow_http
+    cfg = tmp_path / "zonegate.toml"
+    write_config(cfg, {"secret": "s" * 32, "erasure": {"k": 1, "m": 1},
+                       "gateway": {"listen": "127.0.0.1:1", "metadata": str(tmp_path / "m.db"),
+                                   "sse_master_key_file": "missing.keys"},
+                       "nodes": [{"id": "n1", "url": "http://127.0.0.1:2", "drives": ["d"]},
+                                 {"id": "n2", "url": "http://127.0.0.1:3", "drives": ["d"]}]})
+    r = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "master key file" in r.stderr and str(tmp_path / "missing.keys") in r.stderr
+    assert "Traceback" not in r.stderr

@@ -105,10 +105,12 @@ async def for_write(req: S3Request) -> Sealing | None:
 
 
 def wants_encryption(req: S3Request) -> bool:
-    """The request names an encryption for the object it writes (a copy onto itself may
-    then keep its metadata)."""
+    """The request changes the encryption of what a copy writes: it names one for the
+    destination, or gives an SSE-C source's key (the copy may store it otherwise). A copy
+    onto itself may then keep the object's metadata."""
     h = req.headers
-    return sse.SSE in h or (sse.CUSTOMER + "algorithm") in h
+    return sse.SSE in h or (sse.CUSTOMER + "algorithm") in h or \
+        (sse.COPY_CUSTOMER + "algorithm") in h
 
 
 @dataclass

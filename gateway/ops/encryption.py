@@ -219,7 +219,9 @@ def parse_config(data: bytes) -> str:
 
 
 async def put_bucket_encryption(req: S3Request) -> Response:
+    from gateway.ops.tagging import require_integrity_header
     await require_bucket(req)
+    require_integrity_header(req)  # checksum-required, as PutBucketTagging
     algo = parse_config(await read_small_body(req, MAX_BODY))
     if settings(req).master is None:
         raise S3Error("NotImplemented", "Server-side encryption with S3 managed keys is not "

@@ -305,6 +305,29 @@ def test_bucket_default_encryption(gw, s3):
         s3.put_bucket_encryption(Bucket="dflt", ServerSideEncryptionConfiguration={"Rules": [
             {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms"}}]})
     assert code(e) == "NotImplemented"
+    from tests.support.gwcluster import signed_request
+
+    def put_raw(body: bytes, md5: bool = True) -> tuple[int, bytes]:
+        h = {"Content-MD5": base64.b64encode(hashlib.md5(body).digest()).decode()} if md5 else {}
+        st, _, out = signed_request(gw, "PUT", "/dflt", query="encryption=", body=body,
+                                    headers=h)
+        return st, out
+
+    ok = (b'<ServerSideEncryptionConfiguration><Rule><ApplyServerSideEncryptionByDefault>'
+          b'<SSEAlgorithm>AES256</SSEAlgorithm></ApplyServerSideEncryptionByDefault></Rule>'
+          b'</ServerSideEncryptionConfiguration>')
+    for body, want in ((b"<ServerSideEncryptionConfiguration", b"MalformedXML"),
+                       (ok.replace(b"AES256", b"AES128"), b"MalformedXML"),
+                       (b"<ServerSideEncryptionConfiguration/>", b"MalformedXML"),
+                       (ok.replace(b"<Rule>", b"<Other>").replace(b"</Rule>", b"</Other>"),
+                        b"MalformedXML")):
+        st, out = put_raw(body)
+        assert st == 400 and b"<Code>" + want + b"</Code>" in out, out
+    st, out = put_raw(ok, md5=False)
+    assert st == 400 and b"<Code>InvalidRequest</Code>" in out, out
+    with pytest.raises(ClientError) as e:  # nothing was stored by the refused ones
+        s3.get_bucket_encryption(Bucket="dflt")
+    assert code(e) == "ServerSideEncryptionConfigurationNotFoundError"
     s3.put_bucket_encryption(Bucket="dflt", ServerSideEncryptionConfiguration={"Rules": [
         {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]})
     got = s3.get_bucket_encryption(Bucket="dflt")["ServerSideEncryptionConfiguration"]
@@ -372,6 +395,17 @@ def test_aws_cli_and_s3fs(gw, s3, tmp_path):
         assert p.returncode == 0, p.stderr
         assert out.read_bytes() == data
     assert s3.head_object(Bucket=B, Key="cli/s3")["ServerSideEncryption"] == "AES256"
+    s3.create_bucket(Bucket="cli-dflt")
+    cfg = json.dumps({"Rules": [{"ApplyServerSideEncryptionByDefault":
+                                 {"SSEAlgorithm": "AES256"}}]})
+    for args in (["put-bucket-encryption", "--bucket", "cli-dflt",
+                  "--server-side-encryption-configuration", cfg],
+                 ["get-bucket-encryption", "--bucket", "cli-dflt"]):
+        p = subprocess.run([aws, "--endpoint-url", gw.endpoint, "s3api", *args, "--output",
+                            "json"], env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["ServerSideEncryptionConfiguration"]["Rules"][0][
+        "ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
     assert s3.get_object(Bucket=B, Key="cli/c", **ssec(KEY2))["Body"].read() == data
 
     import s3fs

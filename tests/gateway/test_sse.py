@@ -505,3 +505,22 @@ def test_streamed_put_without_length_is_encrypted(gw, s3):
     got = s3.get_object(Bucket=B, Key="piped/enc.bin", Range=f"bytes={a}-{b}")["Body"].read()
     assert got == piped[a:b + 1]
     assert mark * 8 not in node_bytes(gw)
+
+
+def test_versions_keep_their_own_keys(gw, s3):
+    s3.create_bucket(Bucket="enc-versions")
+    s3.put_bucket_versioning(Bucket="enc-versions", VersioningConfiguration={"Status": "Enabled"})
+    v1 = s3.put_object(Bucket="enc-versions", Key="k", Body=b"one", **ssec(KEY1))["VersionId"]
+    v2 = s3.put_object(Bucket="enc-versions", Key="k", Body=b"two",
+                       ServerSideEncryption="AES256")["VersionId"]
+    v3 = s3.put_object(Bucket="enc-versions", Key="k", Body=b"three", **ssec(KEY2))["VersionId"]
+    get = s3.get_object
+    assert get(Bucket="enc-versions", Key="k", VersionId=v1, **ssec(KEY1))["Body"].read() == b"one"
+    assert get(Bucket="enc-versions", Key="k", VersionId=v2)["Body"].read() == b"two"
+    assert get(Bucket="enc-versions", Key="k", **ssec(KEY2))["Body"].read() == b"three"
+    with pytest.raises(ClientError) as e:
+        get(Bucket="enc-versions", Key="k", VersionId=v1, **ssec(KEY2))
+    assert code(e) == "AccessDenied"
+    with pytest.raises(ClientError) as e:
+        get(Bucket="enc-versions", Key="k", VersionId=v3)
+    assert code(e) == "InvalidRequest"

@@ -37,6 +37,7 @@ from gateway.cli.devconfig import (
     PORTS,
     ROOT_USER,
     ensure_drives,
+    ensure_sse,
     free_port,
     new_config,
     port_free,
@@ -199,6 +200,8 @@ class Launcher:
             if time.monotonic() > deadline:
                 raise OSError(f"port {a.port} on {a.host} is in use (choose another with --port)")
             time.sleep(0.25)
+        for note in ensure_sse(self.cfg, self.data, a.tls):
+            self.say(note)
         write_config(self.config_path, self.cfg)
         geometry = Geometry(nr_zones=a.zones, zone_size=a.zone_size, zone_capacity=a.zone_size)
         made = ensure_drives(self.cfg, geometry)

@@ -201,3 +201,21 @@ def ensure_drives(cfg: dict[str, Any], geometry: Geometry) -> int:
                 create_emulated_drive(drive, geometry)
                 made += 1
     return made
+
+
+def ensure_sse(cfg: dict[str, Any], data: Path, tls: bool) -> list[str]:
+    """SSE for the dev cluster: a master key file (created once, next to the metadata store;
+    a reused configuration without one gets one too), and SSE-C over plain HTTP allowed only
+    when the gateway does not serve TLS. Returns what changed."""
+    from gateway.store.ssekeys import create_key_file
+    gw = cfg.setdefault("gateway", {})
+    notes = []
+    path = gw.get("sse_master_key_file")
+    if not path:
+        path = gw["sse_master_key_file"] = str(data / "gateway" / "sse-master.keys")
+        notes.append(f"SSE-S3 master key file: {path}")
+    if not Path(path).exists():
+        create_key_file(path)
+    gw["sse_c_allow_http"] = not tls
+    return notes
+

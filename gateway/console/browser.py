@@ -18,6 +18,7 @@ from urllib.parse import quote
 from gateway.s3.auth import sigv4
 from gateway.s3.auth.common import format_amz_date
 from gateway.s3.errors import S3Error
+from gateway.store.ssekeys import visible
 
 PRESIGN_SECONDS = 300
 MAX_KEYS = 1000
@@ -67,7 +68,7 @@ async def object_details(gw: Any, user: str, bucket: str, key: str) -> dict[str,
                       "missing": list(layout.get("missing") or [])})
     return {"bucket": bucket, "key": key, "size": o.size, "etag": o.etag,
             "last_modified": o.last_modified, "owner": o.owner, "version": o.version,
-            "headers": dict(o.headers), "user_meta": dict(o.user_meta),
+            "headers": dict(visible(o.headers)), "user_meta": dict(o.user_meta),
             "checksum": dict(o.checksum), "multipart": o.manifest is not None, "parts": parts}
 
 

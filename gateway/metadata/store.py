@@ -156,7 +156,7 @@ class ListPage:
 # The bucket ACL is not one of them: it is BucketRecord.acl (put_bucket_acl), read with the
 # bucket on every request that evaluates access.
 CONFIG_KINDS = ("versioning", "lifecycle", "tagging", "policy", "cors", "ownership",
-                "public-access-block")
+                "public-access-block", "encryption")
 # put_object_tags / put_object_acl: the other field is not checked
 ANY: Any = object()
 

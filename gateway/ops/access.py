@@ -76,6 +76,9 @@ ACTIONS: dict[str, str] = {
     "gateway.ops.policy_ops.get_pab": "GetBucketPublicAccessBlock",
     "gateway.ops.policy_ops.put_pab": "PutBucketPublicAccessBlock",
     "gateway.ops.policy_ops.delete_pab": "PutBucketPublicAccessBlock",
+    "gateway.ops.encryption.get_bucket_encryption": "GetEncryptionConfiguration",
+    "gateway.ops.encryption.put_bucket_encryption": "PutEncryptionConfiguration",
+    "gateway.ops.encryption.delete_bucket_encryption": "PutEncryptionConfiguration",
 }
 # With ?versionId=, these act on a version (their own action names in policies).
 VERSIONED = {"GetObject": "GetObjectVersion", "DeleteObject": "DeleteObjectVersion",
@@ -142,6 +145,10 @@ def context(req: S3Request, action: str) -> dict[str, list[str]]:
                       ("x-amz-metadata-directive", "s3:x-amz-metadata-directive"),
                       ("x-amz-content-sha256", "s3:x-amz-content-sha256"),
                       ("x-amz-storage-class", "s3:x-amz-storage-class"),
+                      # as sent (a bucket default does not set it, as on AWS)
+                      ("x-amz-server-side-encryption", "s3:x-amz-server-side-encryption"),
+                      ("x-amz-server-side-encryption-aws-kms-key-id",
+                       "s3:x-amz-server-side-encryption-aws-kms-key-id"),
                       ("x-amz-object-ownership", "s3:x-amz-object-ownership")):
         v = h.get(name)
         if v is not None:

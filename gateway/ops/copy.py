@@ -12,7 +12,7 @@ from urllib.parse import unquote
 from starlette.responses import Response
 
 from gateway.metadata import ObjectRecord
-from gateway.ops import versioning
+from gateway.ops import encryption, versioning
 from gateway.ops.access import authorize_source
 from gateway.ops.acl_ops import new_object_acl
 from gateway.ops.common import (
@@ -38,9 +38,10 @@ from gateway.ops.objects import (
     write_single,
 )
 from gateway.ops.tagging import copy_tags
-from gateway.s3 import checksums
+from gateway.s3 import checksums, sse
 from gateway.s3.errors import S3Error
 from gateway.s3.numbers import parse_uint, shown
+from gateway.store.ssekeys import visible
 from gateway.store.storage import CopyBody, new_version
 
 _COPY_RANGE = re.compile(r"^bytes=([0-9]+)-([0-9]+)$")  # [0-9]: \d takes other digits
@@ -110,29 +111,35 @@ async def copy_object(req: S3Request) -> Response:
                       ArgumentName="x-amz-metadata-directive", ArgumentValue=directive)
     algo = req.headers.get("x-amz-checksum-algorithm", "").strip()
     if src.bucket == req.bucket and src.key == req.key and directive != "REPLACE" and not algo \
-            and req.extra["copy_source_version"][0] is None:
+            and req.extra["copy_source_version"][0] is None \
+            and not encryption.wants_encryption(req):
         raise S3Error("InvalidRequest", "This copy request is illegal because it is trying to "
                       "copy an object to itself without changing the object's metadata, "
                       "storage class, website redirect location or encryption attributes.")
     if src.size > MAX_PART_SIZE:
         raise S3Error("InvalidRequest", "The specified copy source is larger than the maximum "
                       "allowable size for a copy source: 5368709120")
+    # The source's key (SSE-C: the x-amz-copy-source-server-side-encryption-customer-* trio)
+    opening = encryption.for_read(req, src, sse.COPY_CUSTOMER)
     if directive == "REPLACE":
         headers, meta = stored_headers(req), user_metadata(req)
-    else:
-        headers, meta = dict(src.headers), dict(src.user_meta)
+    else:  # never the source's envelope: the copy gets its own data key, or none
+        headers, meta = dict(visible(src.headers)), dict(src.user_meta)
     if algo:
         algo = requested_checksum_algorithm(algo)
     else:
         algo = src.checksum.get("algorithm", "") if src.checksum.get("type") != "COMPOSITE" else ""
     owner, grants = await new_object_acl(req)
     if_absent, if_version = await put_conditions(req)
+    sealing = await encryption.for_write(req)
+    if sealing is not None:
+        headers = sealing.store_in(headers)
     rec = ObjectRecord(bucket=req.bucket, key=req.key, size=0, etag="", last_modified=now(),
                        owner=owner, version=new_version(), headers=headers, user_meta=meta,
                        tags=copy_tags(req, src), acl=grants)
     await versioning.prepare_write(req, rec)
-    body = CopyBody(req.gw.storage.read(src.parts, 0, src.size), src.size, algo)
-    mark = await write_single(req, rec, body)
+    body = CopyBody(opening.read(req.gw.storage, src.parts, 0, src.size), src.size, algo)
+    mark = await write_single(req, rec, body, sealing=sealing)
     await store_object(req, rec, [mark], if_absent=if_absent, if_version=if_version)
     ck = {k: v for k, v in rec.checksum.items() if k != "type"}
     ck_xml = el(checksums.xml_name(ck["algorithm"]), ck["value"]) if ck else ""
@@ -140,6 +147,7 @@ async def copy_object(req: S3Request) -> Response:
                         f'{el("LastModified", iso8601(rec.last_modified))}{ck_xml}'
                         f'</CopyObjectResult>',
                         headers={**checksum_headers(ck), **copy_source_headers(req),
+                                 **(sealing.response_headers() if sealing else {}),
                                  **versioning.written_headers(req, rec),
                                  **await expiration_headers(req, rec)})
 

@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from gateway.metadata import ObjectRecord, PartRecord, UploadRecord
 from gateway.metadata.store import NoSuchBucketError, UploadChangedError
-from gateway.ops import versioning
+from gateway.ops import encryption, versioning
 from gateway.ops.acl_ops import from_upload, upload_acl_headers
 from gateway.ops.common import (
     MAX_PART_SIZE,
@@ -56,7 +56,7 @@ from gateway.ops.objects import (
     store_object,
 )
 from gateway.ops.tagging import split_upload_tags, upload_headers_with_tags
-from gateway.s3 import checksums
+from gateway.s3 import checksums, sse
 from gateway.s3.errors import S3Error
 from gateway.s3.numbers import INT32_MAX, parse_uint
 from gateway.store.storage import MANIFEST_PART, CopyBody, new_version, part_uid
@@ -104,10 +104,12 @@ async def create_upload(req: S3Request) -> Response:
     elif ctype:
         raise S3Error("InvalidRequest", "The x-amz-checksum-type header can only be used with "
                       "the x-amz-checksum-algorithm header.")
+    sealing = await encryption.for_write(req)
+    stored = stored_headers(req) if sealing is None else sealing.store_in(stored_headers(req))
     up = UploadRecord(upload_id=new_version(), bucket=req.bucket, key=req.key, owner=req.user,
                       initiated=now(),
                       headers=await upload_acl_headers(
-                          req, upload_headers_with_tags(req, stored_headers(req))),
+                          req, upload_headers_with_tags(req, stored)),
                       user_meta=user_metadata(req),
                       checksum_algorithm=algo, checksum_type=ctype)
     try:
@@ -117,23 +119,34 @@ async def create_upload(req: S3Request) -> Response:
     headers = await abort_headers(req, up.bucket, up.key, up.initiated)
     if algo:
         headers.update({"x-amz-checksum-algorithm": algo, "x-amz-checksum-type": ctype})
+    if sealing is not None:
+        headers.update(sealing.response_headers())
     return xml_response(
         f'<InitiateMultipartUploadResult xmlns="{S3_NS}">{el("Bucket", req.bucket)}'
         f'{el("Key", req.key)}{el("UploadId", up.upload_id)}</InitiateMultipartUploadResult>',
         headers=headers)
 
 
-async def _store_part(req: S3Request, up: UploadRecord, number: int, body: Any) -> PartRecord:
-    def archive_meta(_: Any) -> dict[str, Any]:
+async def _store_part(req: S3Request, up: UploadRecord, number: int, body: Any,
+                      sealing: encryption.Sealing | None = None) -> PartRecord:
+    def result() -> tuple[int, str, dict[str, str]]:
         size, etag, ck = body_result(body)
+        return size, etag if sealing is None else sealing.etag(etag), ck
+
+    def archive_meta(_: Any) -> dict[str, Any]:
+        size, etag, ck = result()
         return {"kind": "part", "bucket": up.bucket, "key": up.key, "upload": up.upload_id,
                 "part": number, "part_size": size, "part_etag": etag, "checksum": ck}
 
-    layout, mark = await req.gw.storage.write(req.gw.store, part_uid(new_version(), number),
-                                              body, length=known_length(body),
+    uid = part_uid(new_version(), number)
+    data: Any = body
+    length = known_length(body)
+    if sealing is not None:
+        data, length = sealing.seal(body, number, uid), sealing.stored_length(length)
+    layout, mark = await req.gw.storage.write(req.gw.store, uid, data, length=length,
                                               stream=stream_hint(up.bucket, up.key),
                                               meta=archive_meta)
-    size, etag, ck = body_result(body)
+    size, etag, ck = result()
     part = PartRecord(upload_id=up.upload_id, number=number, size=size, etag=etag,
                       last_modified=now(), layout=layout, checksum=ck)
     if not await req.gw.store.put_part(part, release=[mark]):
@@ -147,29 +160,34 @@ async def _store_part(req: S3Request, up: UploadRecord, number: int, body: Any) 
 async def upload_part(req: S3Request) -> Response:
     number = _part_number(req)
     up = await _get_upload(req)
+    sealing = encryption.for_part(req, up)
     body = request_body(req, max_size=MAX_PART_SIZE, checksum_algorithm=up.checksum_algorithm)
     known_length(body)
-    part = await _store_part(req, up, number, body)
+    part = await _store_part(req, up, number, body, sealing)
     return Response(b"", headers={"ETag": quote_etag(part.etag),
-                                  **checksum_headers(part.checksum)})
+                                  **checksum_headers(part.checksum),
+                                  **(sealing.response_headers() if sealing else {})})
 
 
 async def upload_part_copy(req: S3Request) -> Response:
     from gateway.ops.copy import copy_source_headers, copy_source_range, resolve_copy_source
     number = _part_number(req)
     up = await _get_upload(req)
+    sealing = encryption.for_part(req, up)
     src = await resolve_copy_source(req)
+    opening = encryption.for_read(req, src, sse.COPY_CUSTOMER)
     start, length = copy_source_range(req, src.size)
     if length > MAX_PART_SIZE:
         raise S3Error("InvalidRequest", "The specified copy source is larger than the maximum "
                       "allowable size for a copy source: 5368709120")
-    body = CopyBody(req.gw.storage.read(src.parts, start, length), length,
+    body = CopyBody(opening.read(req.gw.storage, src.parts, start, length), length,
                     up.checksum_algorithm)
-    part = await _store_part(req, up, number, body)
+    part = await _store_part(req, up, number, body, sealing)
     return xml_response(f'<CopyPartResult xmlns="{S3_NS}">{el("ETag", quote_etag(part.etag))}'
                         f'{el("LastModified", iso8601(part.last_modified))}'
                         f'{_checksum_xml(part.checksum)}</CopyPartResult>',
-                        headers={**checksum_headers(part.checksum), **copy_source_headers(req)})
+                        headers={**checksum_headers(part.checksum), **copy_source_headers(req),
+                                 **(sealing.response_headers() if sealing else {})})
 
 
 def _checksum_xml(ck: dict[str, str]) -> str:
@@ -326,6 +344,7 @@ async def complete_upload(req: S3Request) -> Response:
                       "while it was being completed.", UploadId=up.upload_id) from None
     return _complete_result(up.bucket, up.key, etag, checksum,
                             {**versioning.written_headers(req, rec),
+                             **encryption.object_headers(rec),
                              **await expiration_headers(req, rec)})
 
 

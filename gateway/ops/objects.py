@@ -14,7 +14,7 @@ from starlette.responses import Response, StreamingResponse
 
 from gateway.metadata import ObjectRecord
 from gateway.metadata.store import NoSuchBucketError
-from gateway.ops import versioning
+from gateway.ops import encryption, versioning
 from gateway.ops.acl_ops import new_object_acl
 from gateway.ops.common import (
     MAX_PART_SIZE,
@@ -38,6 +38,7 @@ from gateway.ops.tagging import request_tags
 from gateway.s3 import checksums
 from gateway.s3.errors import S3Error
 from gateway.s3.numbers import parse_uint, shown
+from gateway.store.ssekeys import visible
 from gateway.store.storage import COALESCE, MANIFEST_PART, new_version, part_uid
 from gateway.store.streamhints import stream_hint
 
@@ -140,23 +141,30 @@ def object_meta(rec: ObjectRecord) -> dict[str, Any]:
 
 
 async def write_single(req: S3Request, rec: ObjectRecord, body: Any,
-                       source: Any = None, length: int | None = None) -> int:
+                       source: Any = None, length: int | None = None,
+                       sealing: encryption.Sealing | None = None) -> int:
     """Stream body into the object's one part; fills size, ETag, checksum and parts of rec.
     Returns the pending mark to release at commit. `source`/`length`: the bytes to write
-    when body was already consumed into a buffer (a streamed PUT that fitted in one part)."""
+    when body was already consumed into a buffer (a streamed PUT that fitted in one part).
+    `sealing`: the part is stored encrypted (its envelope already in rec.headers)."""
 
     def archive_meta(_: Any) -> dict[str, Any]:
         # Called once the body is consumed and verified: the object is fully known.
         rec.size, rec.etag, ck = body_result(body)
+        if sealing is not None:
+            rec.etag = sealing.etag(rec.etag)
         if ck:
             rec.checksum = {**ck, "type": "FULL_OBJECT"}
         return {"kind": "object", "part": 1, "part_size": rec.size, "part_etag": rec.etag,
                 "object": object_meta(rec)}
 
+    uid = part_uid(rec.version, 1)
+    data = body if source is None else source
+    n = known_length(body) if length is None else length
+    if sealing is not None:
+        data, n = sealing.seal(data, 1, uid), sealing.stored_length(n)
     layout, mark = await req.gw.storage.write(
-        req.gw.store, part_uid(rec.version, 1), body if source is None else source,
-        length=known_length(body) if length is None else length,
-        stream=stream_hint(rec.bucket, rec.key),
+        req.gw.store, uid, data, length=n, stream=stream_hint(rec.bucket, rec.key),
         meta=archive_meta)
     rec.parts = [{"number": 1, "size": rec.size, "etag": rec.etag, "layout": layout}]
     return mark
@@ -195,12 +203,13 @@ async def _one(data: bytes) -> Any:
         yield bytes(view[i:i + COALESCE])
 
 
-async def write_streamed(req: S3Request, rec: ObjectRecord, body: Any) -> list[int]:
+async def write_streamed(req: S3Request, rec: ObjectRecord, body: Any,
+                         sealing: encryption.Sealing | None = None) -> list[int]:
     """Store a body of unknown length (see STREAM_PART); returns the pending marks."""
     it = aiter(body)
     data, carry, ended = await _fill(it, b"")
     if ended:
-        return [await write_single(req, rec, body, _one(data), len(data))]
+        return [await write_single(req, rec, body, _one(data), len(data), sealing)]
     marks: list[int] = []
     parts: list[dict[str, Any]] = []
     try:
@@ -208,8 +217,14 @@ async def write_streamed(req: S3Request, rec: ObjectRecord, body: Any) -> list[i
             n = len(parts) + 1
             etag = (await asyncio.to_thread(hashlib.md5, data)).hexdigest()
             size = len(data)
+            uid = part_uid(rec.version, n)
+            src: Any = _one(data)
+            if sealing is not None:
+                etag = sealing.etag(etag)
+                src = sealing.seal(src, n, uid)
             layout, mark = await req.gw.storage.write(
-                req.gw.store, part_uid(rec.version, n), _one(data), length=size,
+                req.gw.store, uid, src,
+                length=size if sealing is None else sealing.stored_length(size),
                 stream=stream_hint(rec.bucket, rec.key),
                 meta=lambda _, n=n, size=size, etag=etag: {
                     "kind": "part", "bucket": rec.bucket, "key": rec.key,
@@ -222,6 +237,8 @@ async def write_streamed(req: S3Request, rec: ObjectRecord, body: Any) -> list[i
             if not data:
                 break
         rec.size, rec.etag, ck = body_result(body)
+        if sealing is not None:
+            rec.etag = sealing.etag(rec.etag)
         if ck:
             rec.checksum = {**ck, "type": "FULL_OBJECT"}
         rec.parts = parts
@@ -251,6 +268,9 @@ async def put_object(req: S3Request) -> Response:
     tags = request_tags(req)
     owner, grants = await new_object_acl(req)
     if_absent, if_version = await put_conditions(req)
+    sealing = await encryption.for_write(req)
+    if sealing is not None:
+        headers = sealing.store_in(headers)
     body = request_body(req, max_size=MAX_PART_SIZE)
     if body.expected_size is None and "chunked" not in \
             req.headers.get("transfer-encoding", "").lower():
@@ -260,12 +280,13 @@ async def put_object(req: S3Request) -> Response:
                        tags=tags, acl=grants)
     await versioning.prepare_write(req, rec)
     if body.expected_size is None:
-        marks = await write_streamed(req, rec, body)
+        marks = await write_streamed(req, rec, body, sealing)
     else:
-        marks = [await write_single(req, rec, body)]
+        marks = [await write_single(req, rec, body, sealing=sealing)]
     await store_object(req, rec, marks, if_absent=if_absent, if_version=if_version)
     return Response(b"", headers={"ETag": quote_etag(rec.etag),
                                   **checksum_headers(rec.checksum),
+                                  **(sealing.response_headers() if sealing else {}),
                                   **versioning.written_headers(req, rec),
                                   **await expiration_headers(req, rec)})
 
@@ -348,7 +369,7 @@ def is_multipart(obj: ObjectRecord) -> bool:
 
 
 def response_headers(req: S3Request, obj: ObjectRecord) -> dict[str, str]:
-    h = object_headers(obj.headers, obj.user_meta)
+    h = object_headers(visible(obj.headers), obj.user_meta)
     h["ETag"] = quote_etag(obj.etag)
     h["Last-Modified"] = http_date(obj.last_modified)
     h["Accept-Ranges"] = "bytes"
@@ -374,7 +395,9 @@ def override_value(param: str, value: str) -> str:
 
 async def _get_or_head(req: S3Request, head: bool) -> Response:
     obj = await get_existing(req)
+    opening = encryption.for_read(req, obj)  # an SSE-C object's key: missing 400, wrong 403
     headers = response_headers(req, obj)
+    headers.update(opening.headers)
     headers.update(await tag_and_expiry_headers(req, obj))  # x-amz-tagging-count, -expiration
     try:
         check_conditions(obj, req.headers)
@@ -427,7 +450,7 @@ async def _get_or_head(req: S3Request, head: bool) -> Response:
     headers["Content-Length"] = str(length)
     if head or length == 0:
         return Response(b"", status_code=status, headers=headers)
-    body = await req.gw.storage.open_read(obj.parts, start, length)
+    body = await opening.open_read(req.gw.storage, obj.parts, start, length)
     return StreamingResponse(body, status_code=status, headers=headers)
 
 

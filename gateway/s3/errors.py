@@ -108,6 +108,8 @@ ERRORS: dict[str, tuple[int, str]] = {
     "RequestTimeout": (
         400, "Your socket connection to the server was not read from or written to within "
              "the timeout period."),
+    "ServerSideEncryptionConfigurationNotFoundError": (
+        404, "The server side encryption configuration was not found"),
     "ServiceUnavailable": (503, "Please reduce your request rate."),
     "SignatureDoesNotMatch": (
         403, "The request signature we calculated does not match the signature you provided. "

@@ -176,7 +176,11 @@ def _check_metadata(config_path: str) -> None:
 
     from erasure.config import ClusterConfig
     from gateway.metadata import check_store
-    asyncio.run(check_store(ClusterConfig.load(config_path).gateway))
+    from gateway.store.ssekeys import SseSettings
+    gw = ClusterConfig.load(config_path).gateway
+    # a bad sse_master_key_file: one line (ValueError), exit 1
+    SseSettings.from_gateway(gw, os.path.dirname(os.path.abspath(config_path)))
+    asyncio.run(check_store(gw))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -74,6 +74,12 @@ ACTIONS: dict[str, str] = {
     "gateway.ops.policy_ops.get_pab": "GetBucketPublicAccessBlock",
     "gateway.ops.policy_ops.put_pab": "PutBucketPublicAccessBlock",
     "gateway.ops.policy_ops.delete_pab": "PutBucketPublicAccessBlock",
+    "gateway.ops.objectlock.put_lock_config": "PutBucketObjectLockConfiguration",
+    "gateway.ops.objectlock.get_lock_config": "GetBucketObjectLockConfiguration",
+    "gateway.ops.objectlock.put_retention": "PutObjectRetention",
+    "gateway.ops.objectlock.get_retention": "GetObjectRetention",
+    "gateway.ops.objectlock.put_legal_hold": "PutObjectLegalHold",
+    "gateway.ops.objectlock.get_legal_hold": "GetObjectLegalHold",
 }
 # With ?versionId=, these act on a version (their own action names in policies).
 VERSIONED = {"GetObject": "GetObjectVersion", "DeleteObject": "DeleteObjectVersion",

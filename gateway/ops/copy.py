@@ -12,7 +12,7 @@ from urllib.parse import unquote
 from starlette.responses import Response
 
 from gateway.metadata import ObjectRecord
-from gateway.ops import versioning
+from gateway.ops import objectlock, versioning
 from gateway.ops.access import authorize_source
 from gateway.ops.acl_ops import new_object_acl
 from gateway.ops.common import (
@@ -121,6 +121,8 @@ async def copy_object(req: S3Request) -> Response:
         headers, meta = stored_headers(req), user_metadata(req)
     else:
         headers, meta = dict(src.headers), dict(src.user_meta)
+    # the source's lock is not copied: the copy gets its own (headers or bucket default)
+    headers = await objectlock.write_headers(req, headers)
     if algo:
         algo = requested_checksum_algorithm(algo)
     else:

@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from gateway.metadata import ObjectRecord, PartRecord, UploadRecord
 from gateway.metadata.store import NoSuchBucketError, UploadChangedError
-from gateway.ops import versioning
+from gateway.ops import objectlock, versioning
 from gateway.ops.acl_ops import from_upload, upload_acl_headers
 from gateway.ops.common import (
     MAX_PART_SIZE,
@@ -107,7 +107,8 @@ async def create_upload(req: S3Request) -> Response:
     up = UploadRecord(upload_id=new_version(), bucket=req.bucket, key=req.key, owner=req.user,
                       initiated=now(),
                       headers=await upload_acl_headers(
-                          req, upload_headers_with_tags(req, stored_headers(req))),
+                          req, upload_headers_with_tags(req, await objectlock.write_headers(
+                              req, stored_headers(req), upload=True))),
                       user_meta=user_metadata(req),
                       checksum_algorithm=algo, checksum_type=ctype)
     try:
@@ -298,6 +299,7 @@ async def complete_upload(req: S3Request) -> Response:
     _check_object_checksum(req, up, checksum)
     acl_headers, owner, grants = from_upload(up)
     headers, tags = split_upload_tags(acl_headers)  # CreateMultipartUpload's x-amz-tagging
+    headers = await objectlock.completed_headers(req, headers)
     rec = ObjectRecord(bucket=up.bucket, key=up.key, size=sum(p.size for p in parts), etag=etag,
                        last_modified=now(), owner=owner, version=up.upload_id, acl=grants,
                        headers=headers, user_meta=up.user_meta, checksum=checksum, tags=tags,

@@ -14,7 +14,7 @@ from starlette.responses import Response, StreamingResponse
 
 from gateway.metadata import ObjectRecord
 from gateway.metadata.store import NoSuchBucketError
-from gateway.ops import versioning
+from gateway.ops import objectlock, versioning
 from gateway.ops.acl_ops import new_object_acl
 from gateway.ops.common import (
     MAX_PART_SIZE,
@@ -246,7 +246,7 @@ async def write_streamed(req: S3Request, rec: ObjectRecord, body: Any) -> list[i
 async def put_object(req: S3Request) -> Response:
     await require_bucket(req)
     check_key(req.key)
-    headers = stored_headers(req)
+    headers = await objectlock.write_headers(req, stored_headers(req))
     meta = user_metadata(req)
     tags = request_tags(req)
     owner, grants = await new_object_acl(req)

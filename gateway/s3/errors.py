@@ -94,6 +94,10 @@ ERRORS: dict[str, tuple[int, str]] = {
         404, "The specified upload does not exist. The upload ID may be invalid, or the upload "
              "may have been aborted or completed."),
     "NoSuchVersion": (404, "The specified version does not exist."),
+    "NoSuchObjectLockConfiguration": (
+        404, "The specified object does not have a ObjectLock configuration"),
+    "ObjectLockConfigurationNotFoundError": (
+        404, "Object Lock configuration does not exist for this bucket"),
     "NotImplemented": (501, "A header you provided implies functionality that is not "
                             "implemented."),
     "NotModified": (304, "Not Modified"),

@@ -35,6 +35,7 @@ from gateway.ops import (
     lifecycle,
     listing,
     multipart,
+    objectlock,
     objects,
     policy_ops,
     service,
@@ -242,6 +243,8 @@ BUCKET_CONFIG_ROUTES: dict[tuple[str, frozenset], Handler] = {
     ("PUT", frozenset({"tagging"})): tagging.put_bucket_tagging,
     ("GET", frozenset({"tagging"})): tagging.get_bucket_tagging,
     ("DELETE", frozenset({"tagging"})): tagging.delete_bucket_tagging,
+    ("PUT", frozenset({"object-lock"})): objectlock.put_lock_config,
+    ("GET", frozenset({"object-lock"})): objectlock.get_lock_config,
     ("PUT", frozenset({"lifecycle"})): lifecycle.put_bucket_lifecycle,
     ("GET", frozenset({"lifecycle"})): lifecycle.get_bucket_lifecycle,
     ("DELETE", frozenset({"lifecycle"})): lifecycle.delete_bucket_lifecycle,
@@ -250,6 +253,10 @@ OBJECT_CONFIG_ROUTES: dict[tuple[str, frozenset], Handler] = {
     ("PUT", frozenset({"tagging"})): tagging.put_object_tagging,
     ("GET", frozenset({"tagging"})): tagging.get_object_tagging,
     ("DELETE", frozenset({"tagging"})): tagging.delete_object_tagging,
+    ("PUT", frozenset({"retention"})): objectlock.put_retention,
+    ("GET", frozenset({"retention"})): objectlock.get_retention,
+    ("PUT", frozenset({"legal-hold"})): objectlock.put_legal_hold,
+    ("GET", frozenset({"legal-hold"})): objectlock.get_legal_hold,
 }
 
 

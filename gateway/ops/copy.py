@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from gateway.metadata import ObjectRecord
 from gateway.ops import objectlock, versioning
-from gateway.ops.access import authorize_source
+from gateway.ops.access import authorize_source, check_expected_owner
 from gateway.ops.acl_ops import new_object_acl
 from gateway.ops.common import (
     MAX_PART_SIZE,
@@ -67,6 +67,7 @@ async def resolve_copy_source(req: S3Request) -> ObjectRecord:
     b = await req.gw.store.get_bucket(bucket)
     if b is None:
         raise S3Error("NoSuchBucket", BucketName=bucket, resource="/" + bucket)
+    check_expected_owner(req, b.owner, "x-amz-source-expected-bucket-owner")
     await authorize_source(req, b, key)
     try:
         src = await versioning.object_for_read(req, bucket, key, vid)

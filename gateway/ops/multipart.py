@@ -347,7 +347,10 @@ async def list_parts(req: S3Request) -> Response:
     truncated = len(rows) > max_parts
     rows = rows[:max_parts]
     body = [f'<ListPartsResult xmlns="{S3_NS}">', el("Bucket", up.bucket), el("Key", up.key),
-            el("UploadId", up.upload_id), owner_xml(up.owner, "Initiator"), owner_xml(up.owner),
+            el("UploadId", up.upload_id), owner_xml(up.owner, "Initiator"),
+            # the owner the object will have (the bucket's under BucketOwnerEnforced, or
+            # BucketOwnerPreferred with bucket-owner-full-control), not always the initiator
+            owner_xml(from_upload(up)[1]),
             "<StorageClass>STANDARD</StorageClass>", el("PartNumberMarker", marker)]
     if rows:
         body.append(el("NextPartNumberMarker", rows[-1].number))

@@ -401,8 +401,10 @@ async def _get_or_head(req: S3Request, head: bool) -> Response:
                           "query parameter.")
         count = len(obj.parts) if is_multipart(obj) else 1
         if pn > count:
+            # 400, as AWS answers it (its error table lists the code with 416, but GetObject
+            # and HeadObject answer 400 InvalidPartNumber)
             raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable",
-                          status=416)
+                          status=400, PartNumberRequested=str(pn), ActualPartCount=str(count))
         if is_multipart(obj):
             start = sum(int(p["size"]) for p in obj.parts[:pn - 1])
             psize = int(obj.parts[pn - 1]["size"])

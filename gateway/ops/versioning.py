@@ -105,8 +105,9 @@ def store_state(req: S3Request) -> str:
 
 
 def written_headers(req: S3Request, rec: ObjectRecord) -> dict[str, str]:
-    """x-amz-version-id of a write, as S3 answers it: only on versioned buckets."""
-    if store_state(req) == "off":
+    """x-amz-version-id of a write, as S3 answers it: only on versioning-enabled buckets (a
+    suspended bucket's writes make the "null" version, and S3 sends no header for it)."""
+    if store_state(req) == "off" or rec.version_id == NULL:
         return {}
     return {"x-amz-version-id": rec.version_id}
 

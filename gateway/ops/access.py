@@ -80,13 +80,15 @@ ACTIONS: dict[str, str] = {
     "gateway.ops.objectlock.get_retention": "GetObjectRetention",
     "gateway.ops.objectlock.put_legal_hold": "PutObjectLegalHold",
     "gateway.ops.objectlock.get_legal_hold": "GetObjectLegalHold",
+    "gateway.ops.attributes.get_object_attributes": "GetObjectAttributes",
 }
 # With ?versionId=, these act on a version (their own action names in policies).
 VERSIONED = {"GetObject": "GetObjectVersion", "DeleteObject": "DeleteObjectVersion",
              "GetObjectAcl": "GetObjectVersionAcl", "PutObjectAcl": "PutObjectVersionAcl",
              "GetObjectTagging": "GetObjectVersionTagging",
              "PutObjectTagging": "PutObjectVersionTagging",
-             "DeleteObjectTagging": "DeleteObjectVersionTagging"}
+             "DeleteObjectTagging": "DeleteObjectVersionTagging",
+             "GetObjectAttributes": "GetObjectVersionAttributes"}
 LIST_ACTIONS = frozenset({"ListBucket", "ListBucketVersions", "ListBucketMultipartUploads"})
 
 

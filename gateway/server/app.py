@@ -29,6 +29,7 @@ from gateway.lifecycle.worker import LifecycleWorker
 from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
 from gateway.ops import (
     acl_ops,
+    attributes,
     buckets,
     copy,
     cors,
@@ -257,6 +258,7 @@ OBJECT_CONFIG_ROUTES: dict[tuple[str, frozenset], Handler] = {
     ("GET", frozenset({"retention"})): objectlock.get_retention,
     ("PUT", frozenset({"legal-hold"})): objectlock.put_legal_hold,
     ("GET", frozenset({"legal-hold"})): objectlock.get_legal_hold,
+    ("GET", frozenset({"attributes"})): attributes.get_object_attributes,
 }
 
 

@@ -81,6 +81,7 @@ ACTIONS: dict[str, str] = {
     "gateway.ops.objectlock.put_legal_hold": "PutObjectLegalHold",
     "gateway.ops.objectlock.get_legal_hold": "GetObjectLegalHold",
     "gateway.ops.attributes.get_object_attributes": "GetObjectAttributes",
+    "gateway.ops.postobject.post_object": "PutObject",
 }
 # With ?versionId=, these act on a version (their own action names in policies).
 VERSIONED = {"GetObject": "GetObjectVersion", "DeleteObject": "DeleteObjectVersion",

@@ -76,6 +76,13 @@ ERRORS: dict[str, tuple[int, str]] = {
         400, "The XML you provided was not well-formed or did not validate against our "
              "published schema"),
     "MaxMessageLengthExceeded": (400, "Your request was too big."),
+    "MaxPostPreDataLengthExceeded": (
+        400, "Your POST request fields preceding the upload file were too large."),
+    "MalformedPOSTRequest": (
+        400, "The body of your POST request is not well-formed multipart/form-data."),
+    "InvalidPolicyDocument": (
+        400, "The content of the form does not meet the conditions specified in the policy "
+             "document."),
     "MetadataTooLarge": (
         400, "Your metadata headers exceed the maximum allowed metadata size."),
     "MethodNotAllowed": (405, "The specified method is not allowed against this resource."),

@@ -39,6 +39,7 @@ from gateway.ops import (
     objectlock,
     objects,
     policy_ops,
+    postobject,
     service,
     tagging,
     versioning,
@@ -283,6 +284,7 @@ def route(req: S3Request) -> Handler:
             ("GET", frozenset({"uploads"})): multipart.list_uploads,
             ("GET", frozenset({"versions"})): listing.list_versions,
             ("POST", frozenset({"delete"})): versioning.delete_objects,
+            ("POST", frozenset()): postobject.post_object,  # browser form upload
             **BUCKET_CONFIG_ROUTES,
             # CORS (gateway/ops/cors.py)
             ("PUT", frozenset({"cors"})): cors.put_bucket_cors,

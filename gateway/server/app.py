@@ -46,7 +46,7 @@ from gateway.ops import (
 )
 from gateway.ops.access import action_for, hide_missing
 from gateway.ops.common import S3Request, new_request_id
-from gateway.s3 import auth
+from gateway.s3 import amzheaders, auth
 from gateway.s3.errors import S3Error, error_xml
 from gateway.server.users import UserDirectory
 from gateway.store.storage import Storage
@@ -429,6 +429,8 @@ def create_app(config_path_or_config: Any) -> Starlette:
             if request.method != "OPTIONS":  # a CORS preflight is never signed
                 await authenticate(req, target)
             handler = route(req)
+            if request.method != "OPTIONS":
+                amzheaders.check_request(request.method, request.headers)  # never pretend
             req.extra["action"] = action_for(req, handler)
             resp = await handler(req)
         except S3Error as e:

@@ -43,6 +43,8 @@ HARMLESS = frozenset({
     "x-amz-sdk-invocation-id", "x-amz-sdk-request",
     # PutBucketLifecycleConfiguration: only about transitions, which are NotImplemented
     "x-amz-transition-default-minimum-object-size",
+    # PutObjectLockConfiguration: a token S3 hands out for replication; nothing to check here
+    "x-amz-bucket-object-lock-token",
 })
 REFUSED = {
     "x-amz-website-redirect-location": "Website redirects are not supported.",

@@ -55,6 +55,7 @@ BUCKET_ACL_PERMISSION = {
 }
 OBJECT_ACL_PERMISSION = {
     "GetObject": "READ", "GetObjectVersion": "READ", "GetObjectTorrent": "READ",
+    "GetObjectAttributes": "READ", "GetObjectVersionAttributes": "READ",
     "GetObjectAcl": "READ_ACP", "GetObjectVersionAcl": "READ_ACP",
     "PutObjectAcl": "WRITE_ACP", "PutObjectVersionAcl": "WRITE_ACP",
 }

@@ -28,7 +28,7 @@ from typing import Any
 
 from gateway.lifecycle import config as lcconfig
 from gateway.lifecycle import rules
-from gateway.metadata.store import StoreUnavailableError
+from gateway.metadata.store import LOCKED, StoreUnavailableError
 from gateway.ops.versioning import delete_current, state_of
 from gateway.s3.errors import S3Error
 
@@ -219,7 +219,7 @@ class LifecycleWorker:
             if e.code == "NoSuchBucket":
                 return False
             raise
-        return gone is not None
+        return gone is not None and gone is not LOCKED
 
     async def _versions(self, bucket: str, day: int, doc: dict[str, Any], now: float,
                         after: str) -> None:
@@ -264,7 +264,7 @@ class LifecycleWorker:
                                            self.day)
             if rid is not None:
                 await self._pace()
-                if await store.delete_version(bucket, key, v.version_id) is not None:
+                if await store.delete_version(bucket, key, v.version_id) not in (None, LOCKED):
                     self.stats.noncurrent_deleted += 1
                     self._hit(rid)
                     self.gw.kick_sweeper()

@@ -26,6 +26,7 @@ from gateway.metadata.keys import key_bytes
 from gateway.metadata.pgrows import OBJ_COLS, Again, js, obj_row
 from gateway.metadata.store import (
     ANY,
+    LOCKED,
     DeleteItem,
     ListPage,
     NoSuchBucketError,
@@ -37,11 +38,13 @@ from gateway.metadata.versionwalk import (
     VersionWalk,
     as_version,
     check_versioning,
+    expected,
     fields_are,
     marker_record,
     once_per_part,
     range_query,
 )
+from gateway.s3.lockrules import blocks_delete, with_lock
 
 VER_COLS = OBJ_COLS + ", seq, delete_marker, meta_part"
 _LIST_VER = ("bucket, key, size, etag, last_modified, owner, version, '{}', '{}', checksum, "
@@ -143,6 +146,16 @@ class PgVersions:
                                 f"version_id=$3 RETURNING {VER_COLS}", bucket, kb, version_id)
 
     @staticmethod
+    async def _locked(c: asyncpg.Connection, bucket: str, kb: bytes, version_id: str,
+                      bypass: bool = False) -> bool:
+        """Whether Object Lock keeps that version (its headers) from being removed now; its
+        row stays locked, so no PutObjectRetention / LegalHold commits in between."""
+        h = await c.fetchval("SELECT headers FROM versions WHERE bucket=$1 AND key=$2 AND "
+                             "version_id=$3 AND NOT delete_marker FOR UPDATE", bucket, kb,
+                             version_id)
+        return h is not None and blocks_delete(json.loads(h), time.time(), bypass)
+
+    @staticmethod
     async def _sync_current(c: asyncpg.Connection, bucket: str, kb: bytes) -> None:
         """objects := the key's newest version, unless that is a marker (or there is none)."""
         await c.execute("DELETE FROM objects WHERE bucket=$1 AND key=$2", bucket, kb)
@@ -163,6 +176,8 @@ class PgVersions:
         old = obj_row(row)
         if if_version is not None and old.version != if_version:
             return None
+        if blocks_delete(old.headers, time.time()):
+            return LOCKED
         mp = await c.fetchval("DELETE FROM versions WHERE bucket=$1 AND key=$2 AND "
                               "version_id=$3 RETURNING meta_part", bucket, kb, old.version_id)
         old.meta_part = json.loads(mp) if mp else None
@@ -171,9 +186,12 @@ class PgVersions:
         return old
 
     async def _del_version(self, c: asyncpg.Connection, bucket: str, key: str,
-                           version_id: str, freed: list[dict]) -> VersionRecord | None:
+                           version_id: str, freed: list[dict],
+                           bypass: bool = False) -> VersionRecord | None:
         kb = key_bytes(key)
         latest = await self._lock_key(c, bucket, kb)
+        if await self._locked(c, bucket, kb, version_id, bypass):
+            return LOCKED
         row = await self._take(c, bucket, kb, version_id)
         if row is None:
             return None
@@ -197,6 +215,8 @@ class PgVersions:
                 "SELECT version FROM objects WHERE bucket=$1 AND key=$2", marker.bucket, kb):
             return None
         m = marker_record(marker, marker.version_id if versioning == "enabled" else "null")
+        if await self._locked(c, marker.bucket, kb, m.version_id):
+            return LOCKED  # a suspended bucket's marker would replace a locked null version
         replaced = await self._take(c, marker.bucket, kb, m.version_id)
         _unseen(latest, replaced)
         if replaced is not None:
@@ -310,7 +330,8 @@ class PgVersions:
             freed: list[dict] = []
             for it in items:
                 if it.version_id is not None:
-                    out.append(await self._del_version(c, bucket, it.key, it.version_id, freed))
+                    out.append(await self._del_version(c, bucket, it.key, it.version_id, freed,
+                                                       it.bypass_governance))
                 elif it.marker is not None:
                     m = dataclasses.replace(it.marker, bucket=bucket, key=it.key)
                     out.append(await self._add_marker(c, m, versioning, freed,
@@ -361,9 +382,10 @@ class PgVersions:
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
         return await self.delete_many(bucket, [DeleteItem(k) for k in keys])
 
-    async def delete_version(self, bucket: str, key: str,
-                             version_id: str) -> VersionRecord | None:
-        return (await self.delete_many(bucket, [DeleteItem(key, version_id)]))[0]  # type: ignore[return-value]
+    async def delete_version(self, bucket: str, key: str, version_id: str, *,
+                             bypass_governance: bool = False) -> VersionRecord | None:
+        return (await self.delete_many(bucket, [DeleteItem(  # type: ignore[return-value]
+            key, version_id, bypass_governance=bypass_governance)]))[0]
 
     async def put_delete_marker(self, marker: VersionRecord, versioning: str, *,
                                 if_version: str | None = None,
@@ -389,17 +411,20 @@ class PgVersions:
                                        "key=$2", bucket, kb)
                 if vid is None:
                     return False
-            row = await c.fetchrow("SELECT version, meta_part, tags, acl FROM versions WHERE "
-                                   "bucket=$1 AND key=$2 AND version_id=$3 AND NOT "
-                                   "delete_marker FOR UPDATE", bucket, kb, vid)
+            row = await c.fetchrow("SELECT version, meta_part, tags, acl, headers FROM "
+                                   "versions WHERE bucket=$1 AND key=$2 AND version_id=$3 "
+                                   "AND NOT delete_marker FOR UPDATE", bucket, kb, vid)
             if row is None or (if_version is not None and row[0] != if_version):
                 return False
-            if not fields_are(expect, row[2], row[3]):
+            if not fields_are(expect, row[2], row[3], row[4]):
                 return False
+            new = value
+            if col == "headers":  # `value` is the new lock: merged into the headers
+                new = json.dumps(with_lock(json.loads(row[4]), json.loads(value or "{}")))
             await c.execute(f"UPDATE versions SET {col}=$1 WHERE bucket=$2 AND key=$3 "
-                            "AND version_id=$4", value, bucket, kb, vid)
+                            "AND version_id=$4", new, bucket, kb, vid)
             await c.execute(f"UPDATE objects SET {col}=$1 WHERE bucket=$2 AND key=$3 AND "
-                            "version_id=$4", value, bucket, kb, vid)
+                            "version_id=$4", new, bucket, kb, vid)
             if meta_part is not None:
                 await c.execute("UPDATE versions SET meta_part=$1 WHERE bucket=$2 AND key=$3 "
                                 "AND version_id=$4", js(meta_part), bucket, kb, vid)
@@ -413,20 +438,31 @@ class PgVersions:
                               tags: dict[str, str], *, meta_part: dict[str, Any] | None = None,
                               if_version: str | None = None,
                               release: list[int] | None = None,
-                              if_acl: Any = ANY) -> bool:
+                              if_acl: Any = ANY, if_lock: Any = ANY) -> bool:
         return await self._set_field(bucket, key, version_id, "tags", json.dumps(tags),
                                      meta_part, if_version, release,
-                                     None if if_acl is ANY else {"acl": if_acl})
+                                     expected(if_acl=if_acl, if_lock=if_lock))
 
     async def put_object_acl(self, bucket: str, key: str, version_id: str | None,
                              acl: list[dict[str, Any]] | None, *,
                              meta_part: dict[str, Any] | None = None,
                              if_version: str | None = None,
                              release: list[int] | None = None,
-                             if_tags: Any = ANY) -> bool:
+                             if_tags: Any = ANY, if_lock: Any = ANY) -> bool:
         return await self._set_field(bucket, key, version_id, "acl", js(acl), meta_part,
                                      if_version, release,
-                                     None if if_tags is ANY else {"tags": if_tags})
+                                     expected(if_tags=if_tags, if_lock=if_lock))
+
+    async def put_object_lock(self, bucket: str, key: str, version_id: str | None,
+                              lock: dict[str, str], *, meta_part: dict[str, Any] | None = None,
+                              if_version: str | None = None,
+                              release: list[int] | None = None,
+                              if_tags: Any = ANY, if_acl: Any = ANY,
+                              if_lock: Any = ANY) -> bool:
+        return await self._set_field(bucket, key, version_id, "headers", json.dumps(lock),
+                                     meta_part, if_version, release,
+                                     expected(if_tags=if_tags, if_acl=if_acl,
+                                              if_lock=if_lock))
 
     # -- reads --------------------------------------------------------------------------
     async def get_object(self, bucket: str, key: str,

@@ -17,6 +17,7 @@ from typing import Any
 from gateway.metadata.keys import key_bytes
 from gateway.metadata.store import (
     ANY,
+    LOCKED,
     DeleteItem,
     ListPage,
     ObjectRecord,
@@ -27,11 +28,13 @@ from gateway.metadata.versionwalk import (
     VersionWalk,
     as_version,
     check_versioning,
+    expected,
     fields_are,
     marker_record,
     once_per_part,
     range_query,
 )
+from gateway.s3.lockrules import blocks_delete, with_lock
 
 _k = key_bytes
 
@@ -78,6 +81,14 @@ class SqliteVersions:
         return rows[0] if rows else None
 
     @staticmethod
+    def _locked(c: sqlite3.Connection, bucket: str, kb: bytes, version_id: str,
+                bypass: bool = False) -> bool:
+        """Whether Object Lock keeps that version (its headers) from being removed now."""
+        row = c.execute("SELECT headers FROM versions WHERE bucket=? AND key=? AND "
+                        "version_id=? AND delete_marker=0", (bucket, kb, version_id)).fetchone()
+        return row is not None and blocks_delete(json.loads(row[0]), time.time(), bypass)
+
+    @staticmethod
     def _sync_current(c: sqlite3.Connection, bucket: str, kb: bytes) -> None:
         """objects := the key's newest version, unless that is a marker (or there is none)."""
         c.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, kb))
@@ -90,6 +101,8 @@ class SqliteVersions:
         old = self._get_obj(c, bucket, key)
         if old is not None and if_version is not None and old.version != if_version:
             return None
+        if old is not None and blocks_delete(old.headers, time.time()):
+            return LOCKED
         if old is not None:
             kb = _k(key)
             for (mp,) in c.execute("DELETE FROM versions WHERE bucket=? AND key=? AND "
@@ -101,8 +114,10 @@ class SqliteVersions:
         return old
 
     def _del_version(self, c: sqlite3.Connection, bucket: str, key: str, version_id: str,
-                     freed: list[dict]) -> VersionRecord | None:
+                     freed: list[dict], bypass: bool = False) -> VersionRecord | None:
         kb = _k(key)
+        if self._locked(c, bucket, kb, version_id, bypass):
+            return LOCKED
         latest = self._latest_seq(c, bucket, kb)
         row = self._take(c, bucket, kb, version_id)
         if row is None:
@@ -124,6 +139,8 @@ class SqliteVersions:
             if cur is None or cur.version != if_version:
                 return None
         m = marker_record(marker, marker.version_id if versioning == "enabled" else "null")
+        if self._locked(c, marker.bucket, kb, m.version_id):
+            return LOCKED  # a suspended bucket's marker would replace a locked null version
         replaced = self._take(c, marker.bucket, kb, m.version_id)
         if replaced is not None:
             freed += self._obj(replaced).layouts()
@@ -185,7 +202,8 @@ class SqliteVersions:
         with self._tx() as c:
             for it in items:
                 if it.version_id is not None:
-                    out.append(self._del_version(c, bucket, it.key, it.version_id, freed))
+                    out.append(self._del_version(c, bucket, it.key, it.version_id, freed,
+                                                 it.bypass_governance))
                 elif it.marker is not None:
                     m = dataclasses.replace(it.marker, bucket=bucket, key=it.key)
                     out.append(self._add_marker(c, m, versioning, freed, it.if_version))
@@ -229,13 +247,15 @@ class SqliteVersions:
                 if row is None:
                     return False
                 version_id = row[0]
-            row = c.execute("SELECT version, meta_part, tags, acl FROM versions WHERE "
-                            "bucket=? AND key=? AND version_id=? AND delete_marker=0",
+            row = c.execute("SELECT version, meta_part, tags, acl, headers FROM versions "
+                            "WHERE bucket=? AND key=? AND version_id=? AND delete_marker=0",
                             (bucket, kb, version_id)).fetchone()
             if row is None or (if_version is not None and row[0] != if_version):
                 return False
-            if not fields_are(expect, row[2], row[3]):
+            if not fields_are(expect, row[2], row[3], row[4]):
                 return False
+            if col == "headers":  # `value` is the new lock: merged into the headers
+                value = json.dumps(with_lock(json.loads(row[4]), json.loads(value or "{}")))
             c.execute(f"UPDATE versions SET {col}=? WHERE bucket=? AND key=? AND version_id=?",
                       (value, bucket, kb, version_id))
             c.execute(f"UPDATE objects SET {col}=? WHERE bucket=? AND key=? AND version_id=?",
@@ -310,9 +330,10 @@ class SqliteVersions:
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
         return await self._w(self._delete_many, bucket, [DeleteItem(k) for k in keys], "off")
 
-    async def delete_version(self, bucket: str, key: str,
-                             version_id: str) -> VersionRecord | None:
-        got = await self._w(self._delete_many, bucket, [DeleteItem(key, version_id)], "off")
+    async def delete_version(self, bucket: str, key: str, version_id: str, *,
+                             bypass_governance: bool = False) -> VersionRecord | None:
+        got = await self._w(self._delete_many, bucket, [DeleteItem(
+            key, version_id, bypass_governance=bypass_governance)], "off")
         return got[0]  # type: ignore[return-value]
 
     async def put_delete_marker(self, marker: VersionRecord, versioning: str, *,
@@ -346,17 +367,27 @@ class SqliteVersions:
                               tags: dict[str, str], *, meta_part: dict[str, Any] | None = None,
                               if_version: str | None = None,
                               release: list[int] | None = None,
-                              if_acl: Any = ANY) -> bool:
+                              if_acl: Any = ANY, if_lock: Any = ANY) -> bool:
         return await self._w(self._set_field, bucket, key, version_id, "tags", json.dumps(tags),
                              meta_part, if_version, release,
-                             None if if_acl is ANY else {"acl": if_acl})
+                             expected(if_acl=if_acl, if_lock=if_lock))
 
     async def put_object_acl(self, bucket: str, key: str, version_id: str | None,
                              acl: list[dict[str, Any]] | None, *,
                              meta_part: dict[str, Any] | None = None,
                              if_version: str | None = None,
                              release: list[int] | None = None,
-                             if_tags: Any = ANY) -> bool:
+                             if_tags: Any = ANY, if_lock: Any = ANY) -> bool:
         return await self._w(self._set_field, bucket, key, version_id, "acl",
                              None if acl is None else json.dumps(acl), meta_part, if_version,
-                             release, None if if_tags is ANY else {"tags": if_tags})
+                             release, expected(if_tags=if_tags, if_lock=if_lock))
+
+    async def put_object_lock(self, bucket: str, key: str, version_id: str | None,
+                              lock: dict[str, str], *, meta_part: dict[str, Any] | None = None,
+                              if_version: str | None = None,
+                              release: list[int] | None = None,
+                              if_tags: Any = ANY, if_acl: Any = ANY,
+                              if_lock: Any = ANY) -> bool:
+        return await self._w(self._set_field, bucket, key, version_id, "headers",
+                             json.dumps(lock), meta_part, if_version, release,
+                             expected(if_tags=if_tags, if_acl=if_acl, if_lock=if_lock))

@@ -86,6 +86,9 @@ class DeleteItem:
     version_id: str | None = None
     marker: VersionRecord | None = None
     if_version: str | None = None
+    # Object Lock: a version whose stored headers lock it (gateway/s3/lockrules.py) is never
+    # removed (the answer is LOCKED); this lets an unexpired GOVERNANCE retention go.
+    bypass_governance: bool = False
 
 
 @dataclass
@@ -156,9 +159,23 @@ class ListPage:
 # The bucket ACL is not one of them: it is BucketRecord.acl (put_bucket_acl), read with the
 # bucket on every request that evaluates access.
 CONFIG_KINDS = ("versioning", "lifecycle", "tagging", "policy", "cors", "ownership",
-                "public-access-block", "encryption")
+                "public-access-block", "encryption", "object-lock")
 # put_object_tags / put_object_acl: the other field is not checked
 ANY: Any = object()
+
+
+class _Locked:
+    """The answer for a version a delete left in place because Object Lock protects it."""
+
+    delete_marker = False
+
+    def __repr__(self) -> str:
+        return "LOCKED"
+
+
+# delete_version / delete_many / put_delete_marker / delete_object: the version is locked
+# (a legal hold or retention in its headers, gateway/s3/lockrules.py): nothing changed.
+LOCKED: Any = _Locked()
 
 # put_object / put_delete_marker / delete_many versioning states
 VERSIONING_STATES = ("off", "enabled", "suspended")
@@ -302,11 +319,14 @@ class MetadataStore(QueueStore, abc.ABC):
         if_version: only if the current object's `version` is that (else None, no change)."""
 
     @abc.abstractmethod
-    async def delete_version(self, bucket: str, key: str,
-                             version_id: str) -> VersionRecord | None:
+    async def delete_version(self, bucket: str, key: str, version_id: str, *,
+                             bypass_governance: bool = False) -> VersionRecord | None:
         """Remove exactly that version (object or delete marker), queueing its layouts; if it
         was the newest, the next newest becomes current (none if that one is a marker). The
-        removed version, None if there was none."""
+        removed version, None if there was none, LOCKED (nothing changes) if Object Lock
+        protects it (lockrules.blocks_delete, checked in the same transaction; every delete
+        that would free a version's data answers LOCKED so: delete_object, delete_many,
+        put_delete_marker replacing a null version)."""
 
     @abc.abstractmethod
     async def put_delete_marker(self, marker: VersionRecord, versioning: str, *,
@@ -361,10 +381,11 @@ class MetadataStore(QueueStore, abc.ABC):
                               tags: dict[str, str], *, meta_part: dict[str, Any] | None = None,
                               if_version: str | None = None,
                               release: list[int] | None = None,
-                              if_acl: Any = ANY) -> bool:
+                              if_acl: Any = ANY, if_lock: Any = ANY) -> bool:
         """Replace the tags of that version (None: the current object). False if there is no
         such version, it is a delete marker, or `if_version` is given and is not its write
-        (`ObjectRecord.version`), or `if_acl` is given and is not its grant list: then
+        (`ObjectRecord.version`), or `if_acl` is given and is not its grant list, or
+        `if_lock` is given and is not its lock (lockrules.lock_of its headers): then
         nothing changes. With `meta_part`, that layout becomes the version's `meta_part` and
         the one it had is queued for deletion; the pending marks in `release` are dropped in
         the same transaction (only when it changes)."""
@@ -375,9 +396,21 @@ class MetadataStore(QueueStore, abc.ABC):
                              meta_part: dict[str, Any] | None = None,
                              if_version: str | None = None,
                              release: list[int] | None = None,
-                             if_tags: Any = ANY) -> bool:
+                             if_tags: Any = ANY, if_lock: Any = ANY) -> bool:
         """Replace the grant list of that version (None: the current object); False, and
         `meta_part` / `release`, as put_object_tags (`if_tags`: only if its tags are those)."""
+
+    @abc.abstractmethod
+    async def put_object_lock(self, bucket: str, key: str, version_id: str | None,
+                              lock: dict[str, str], *, meta_part: dict[str, Any] | None = None,
+                              if_version: str | None = None,
+                              release: list[int] | None = None,
+                              if_tags: Any = ANY, if_acl: Any = ANY,
+                              if_lock: Any = ANY) -> bool:
+        """Replace the Object Lock entries of that version's headers with `lock`'s
+        (PutObjectRetention / PutObjectLegalHold; lockrules.with_lock); False, and the other
+        arguments, as put_object_tags (`if_lock`: only if its lock is still that one, so a
+        retention is never changed on the strength of a stale read)."""
 
     async def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectRecord | None]:
         """Delete many keys of one bucket (DeleteObjects), their layouts queued for the

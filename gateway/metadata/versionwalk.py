@@ -17,7 +17,14 @@ from dataclasses import fields
 from typing import Any, NamedTuple
 
 from gateway.metadata.keys import BATCH, JUMP_BATCH, key_bytes, key_str, prefix_end
-from gateway.metadata.store import VERSIONING_STATES, ListPage, ObjectRecord, VersionRecord
+from gateway.metadata.store import (
+    ANY,
+    VERSIONING_STATES,
+    ListPage,
+    ObjectRecord,
+    VersionRecord,
+)
+from gateway.s3.lockrules import lock_of
 
 
 class VRange(NamedTuple):
@@ -155,12 +162,21 @@ def once_per_part(layouts: list[dict]) -> list[dict]:
     return out
 
 
-def fields_are(expect: dict[str, Any] | None, tags: str | None, acl: str | None) -> bool:
+def fields_are(expect: dict[str, Any] | None, tags: str | None, acl: str | None,
+               headers: str | None = None) -> bool:
     """Whether a version's stored tags / ACL (JSON columns) hold the values `expect` names:
     a tag or ACL change commits only if the other field is still what its archive records
     (gateway/store/tagarchives.py), so the newest archive never carries a stale one."""
     if not expect:
         return True
     have = {"tags": json.loads(tags) if tags else {},
-            "acl": json.loads(acl) if acl is not None else None}
+            "acl": json.loads(acl) if acl is not None else None,
+            "lock": lock_of(json.loads(headers)) if headers else {}}
     return all(have[k] == v for k, v in expect.items())
+
+
+def expected(**given: Any) -> dict[str, Any] | None:
+    """The `expect` of fields_are from put_object_tags / _acl / _lock's `if_*` arguments
+    (`if_tags=...` -> {"tags": ...}), leaving out those that are ANY (not checked)."""
+    out = {k[3:]: v for k, v in given.items() if v is not ANY}
+    return out or None

@@ -79,13 +79,22 @@ ACTIONS: dict[str, str] = {
     "gateway.ops.encryption.get_bucket_encryption": "GetEncryptionConfiguration",
     "gateway.ops.encryption.put_bucket_encryption": "PutEncryptionConfiguration",
     "gateway.ops.encryption.delete_bucket_encryption": "PutEncryptionConfiguration",
+    "gateway.ops.objectlock.put_lock_config": "PutBucketObjectLockConfiguration",
+    "gateway.ops.objectlock.get_lock_config": "GetBucketObjectLockConfiguration",
+    "gateway.ops.objectlock.put_retention": "PutObjectRetention",
+    "gateway.ops.objectlock.get_retention": "GetObjectRetention",
+    "gateway.ops.objectlock.put_legal_hold": "PutObjectLegalHold",
+    "gateway.ops.objectlock.get_legal_hold": "GetObjectLegalHold",
+    "gateway.ops.attributes.get_object_attributes": "GetObjectAttributes",
+    "gateway.ops.postobject.post_object": "PutObject",
 }
 # With ?versionId=, these act on a version (their own action names in policies).
 VERSIONED = {"GetObject": "GetObjectVersion", "DeleteObject": "DeleteObjectVersion",
              "GetObjectAcl": "GetObjectVersionAcl", "PutObjectAcl": "PutObjectVersionAcl",
              "GetObjectTagging": "GetObjectVersionTagging",
              "PutObjectTagging": "PutObjectVersionTagging",
-             "DeleteObjectTagging": "DeleteObjectVersionTagging"}
+             "DeleteObjectTagging": "DeleteObjectVersionTagging",
+             "GetObjectAttributes": "GetObjectVersionAttributes"}
 LIST_ACTIONS = frozenset({"ListBucket", "ListBucketVersions", "ListBucketMultipartUploads"})
 
 
@@ -180,11 +189,15 @@ def context(req: S3Request, action: str) -> dict[str, list[str]]:
 
 
 async def check(req: S3Request, b: BucketRecord, action: str, key: str | None = None,
-                access: BucketAccess | None = None) -> Decision:
-    """The decision for `action` on bucket b (and `key` for object actions)."""
+                access: BucketAccess | None = None,
+                more: dict[str, list[str]] | None = None) -> Decision:
+    """The decision for `action` on bucket b (and `key` for object actions); `more`: context
+    keys to set besides the request's."""
     access = access or await bucket_access(req, b)
     who = requester(req)
     ctx = context(req, action)
+    if more:
+        ctx.update(more)
     version = req.query.get("versionId") if key == req.key else None
     obj = None
     if access.policy is not None and access.policy.uses_key_prefix("s3:existingobjecttag/") \
@@ -208,6 +221,7 @@ async def authorize(req: S3Request, b: BucketRecord, action: str | None = None,
     """Raise AccessDenied unless the request may do its action on bucket b. With no action
     known for the handler, only the bucket's owner may (as before access control)."""
     action = action or req.extra.get("action")
+    check_expected_owner(req, b.owner)
     if action is None:
         if not req.user or b.owner != req.user:
             raise S3Error("AccessDenied")
@@ -220,8 +234,43 @@ async def authorize(req: S3Request, b: BucketRecord, action: str | None = None,
         key = req.key
     d = await check(req, b, action, key, access)
     if not d.allowed:
+        if d is Decision.IMPLICIT_DENY and action == "GetObject" and \
+                await _missing_to_lister(req, b, access, key):
+            # as S3: a key that does not exist is 404 to anyone who may list the bucket,
+            # whether or not a GetObject on it would be allowed
+            raise S3Error("NoSuchKey", resource=req.resource, Key=key)
         raise S3Error("AccessDenied")
     return access
+
+
+def check_expected_owner(req: S3Request, owner: str,
+                         header: str = "x-amz-expected-bucket-owner") -> None:
+    """`x-amz-expected-bucket-owner` (or the copy source's): the request goes ahead only if
+    the bucket belongs to that account (the gateway's one account id, or the owner's
+    canonical id); AccessDenied otherwise, as S3."""
+    want = req.headers.get(header)
+    if want is None:
+        return
+    want = want.strip()
+    if want != ACCOUNT and want != canonical_id(owner):
+        raise S3Error("AccessDenied")
+
+
+async def may_list_key(req: S3Request, b: BucketRecord, access: BucketAccess,
+                       key: str) -> bool:
+    """Whether the requester may list the bucket where `key` would be listed (ListBucket,
+    with s3:prefix the key itself: a policy allowing a prefix of it counts)."""
+    d = await check(req, b, "ListBucket", None, access, {"s3:prefix": [key]})
+    return d.allowed
+
+
+async def _missing_to_lister(req: S3Request, b: BucketRecord, access: BucketAccess,
+                             key: str | None) -> bool:
+    if key is None or "versionId" in req.query:
+        return False
+    if await req.gw.store.get_object(b.name, key) is not None:
+        return False
+    return await may_list_key(req, b, access, key)
 
 
 async def check_key(req: S3Request, b: BucketRecord, action: str, key: str) -> bool:
@@ -239,7 +288,7 @@ async def hide_missing(req: S3Request, err: S3Error) -> S3Error:
     if access is None or (req.user and req.user == access.owner):
         return err
     b = BucketRecord(access.name, access.owner, 0.0)
-    if (await check(req, b, "ListBucket", None, access)).allowed:
+    if await may_list_key(req, b, access, req.key):
         return err
     return S3Error("AccessDenied")
 

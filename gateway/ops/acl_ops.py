@@ -132,7 +132,11 @@ async def new_object_acl(req: S3Request) -> tuple[str, list[dict[str, Any]] | No
     writer = req.user or bucket_owner  # an anonymous write (public-read-write) is the owner's
     given = _has_acl_headers(req)
     if not access.acls_enabled:
-        if given:
+        canned = (req.headers.get("x-amz-acl") or "").strip()
+        if given and not (canned == "bucket-owner-full-control" and
+                          not any(req.headers.get(h) for h in acl.GRANT_HEADERS)):
+            # bucket-owner-full-control is what cross-account uploaders (aws s3 cp --acl,
+            # Hadoop S3A) send: S3 accepts exactly that canned ACL here, whoever writes
             grants = acl.from_headers(req.headers, writer, (await _ids(req)).get,
                                       bucket_owner) or []
             if not acl.only_owner(grants, bucket_owner):

@@ -18,6 +18,7 @@ from gateway.access import acl
 from gateway.access import controls as ctl
 from gateway.metadata import BucketRecord
 from gateway.metadata.store import BucketNotEmptyError
+from gateway.ops import objectlock
 from gateway.ops.common import (
     S3_NS,
     S3Request,
@@ -78,7 +79,10 @@ async def create_bucket(req: S3Request) -> Response:
     configs = {}
     if ownership is not None:
         configs["ownership"] = ctl.ownership_doc(ownership)
-        await req.gw.store.put_bucket_config(name, "ownership", configs["ownership"])
+    if objectlock.enabled_at_creation(req):
+        configs.update(objectlock.creation_configs())  # versioning on, for good
+    for kind, doc in configs.items():
+        await req.gw.store.put_bucket_config(name, kind, doc)
     try:
         await bucketmarkers.write_marker(req.gw.storage.cluster, rec, configs or None)
     except BaseException as e:

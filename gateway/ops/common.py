@@ -165,11 +165,13 @@ def stored_headers(req: S3Request) -> dict[str, str]:
         if v is None:
             continue
         if h == "content-encoding":
-            parts = [p.strip() for p in v.split(",") if p.strip() and
-                     p.strip().lower() != "aws-chunked"]
-            if not parts:
-                continue
-            v = ",".join(parts)
+            parts = [p.strip() for p in v.split(",") if p.strip()]
+            if any(p.lower() == "aws-chunked" for p in parts):
+                parts = [p for p in parts if p.lower() != "aws-chunked"]
+                if not parts:
+                    continue
+                v = ", ".join(parts)
+            # else kept exactly as sent ("deflate, gzip" stays so), as S3 does
         out[HEADER_CASE[h]] = v
     out.setdefault("Content-Type", "binary/octet-stream")
     return out

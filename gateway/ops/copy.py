@@ -12,8 +12,8 @@ from urllib.parse import unquote
 from starlette.responses import Response
 
 from gateway.metadata import ObjectRecord
-from gateway.ops import encryption, versioning
-from gateway.ops.access import authorize_source
+from gateway.ops import encryption, objectlock, versioning
+from gateway.ops.access import authorize_source, check_expected_owner
 from gateway.ops.acl_ops import new_object_acl
 from gateway.ops.common import (
     MAX_PART_SIZE,
@@ -68,6 +68,7 @@ async def resolve_copy_source(req: S3Request) -> ObjectRecord:
     b = await req.gw.store.get_bucket(bucket)
     if b is None:
         raise S3Error("NoSuchBucket", BucketName=bucket, resource="/" + bucket)
+    check_expected_owner(req, b.owner, "x-amz-source-expected-bucket-owner")
     await authorize_source(req, b, key)
     try:
         src = await versioning.object_for_read(req, bucket, key, vid)
@@ -125,6 +126,8 @@ async def copy_object(req: S3Request) -> Response:
         headers, meta = stored_headers(req), user_metadata(req)
     else:  # never the source's envelope: the copy gets its own data key, or none
         headers, meta = dict(visible(src.headers)), dict(src.user_meta)
+    # the source's lock is not copied: the copy gets its own (headers or bucket default)
+    headers = await objectlock.write_headers(req, headers)
     if algo:
         algo = requested_checksum_algorithm(algo)
     else:

@@ -92,7 +92,8 @@ async def list_objects(req: S3Request) -> Response:
     if page.truncated and delimiter and page.next_marker is not None:
         nxt = el("NextMarker", enc(page.next_marker))
     body = (f'<ListBucketResult xmlns="{S3_NS}">{el("Name", req.bucket)}'
-            f'{el("Prefix", enc(prefix))}{el("Marker", enc(marker))}{el("MaxKeys", max_keys)}'
+            # v1's top-level Prefix is never URL-encoded (S3; botocore decodes v2's only)
+            f'{el("Prefix", prefix)}{el("Marker", enc(marker))}{el("MaxKeys", max_keys)}'
             f'{el("Delimiter", enc(delimiter)) if delimiter else ""}'
             f'{el("IsTruncated", "true" if page.truncated else "false")}{nxt}{enc_xml}'
             + contents_xml(page.items, enc, True)

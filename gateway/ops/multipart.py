@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from gateway.metadata import ObjectRecord, PartRecord, UploadRecord
 from gateway.metadata.store import NoSuchBucketError, UploadChangedError
-from gateway.ops import encryption, versioning
+from gateway.ops import encryption, objectlock, versioning
 from gateway.ops.acl_ops import from_upload, upload_acl_headers
 from gateway.ops.common import (
     MAX_PART_SIZE,
@@ -109,7 +109,8 @@ async def create_upload(req: S3Request) -> Response:
     up = UploadRecord(upload_id=new_version(), bucket=req.bucket, key=req.key, owner=req.user,
                       initiated=now(),
                       headers=await upload_acl_headers(
-                          req, upload_headers_with_tags(req, stored)),
+                          req, upload_headers_with_tags(req, await objectlock.write_headers(
+                              req, stored, upload=True))),
                       user_meta=user_metadata(req),
                       checksum_algorithm=algo, checksum_type=ctype)
     try:
@@ -316,6 +317,7 @@ async def complete_upload(req: S3Request) -> Response:
     _check_object_checksum(req, up, checksum)
     acl_headers, owner, grants = from_upload(up)
     headers, tags = split_upload_tags(acl_headers)  # CreateMultipartUpload's x-amz-tagging
+    headers = await objectlock.completed_headers(req, headers)
     rec = ObjectRecord(bucket=up.bucket, key=up.key, size=sum(p.size for p in parts), etag=etag,
                        last_modified=now(), owner=owner, version=up.upload_id, acl=grants,
                        headers=headers, user_meta=up.user_meta, checksum=checksum, tags=tags,
@@ -364,7 +366,10 @@ async def list_parts(req: S3Request) -> Response:
     truncated = len(rows) > max_parts
     rows = rows[:max_parts]
     body = [f'<ListPartsResult xmlns="{S3_NS}">', el("Bucket", up.bucket), el("Key", up.key),
-            el("UploadId", up.upload_id), owner_xml(up.owner, "Initiator"), owner_xml(up.owner),
+            el("UploadId", up.upload_id), owner_xml(up.owner, "Initiator"),
+            # the owner the object will have (the bucket's under BucketOwnerEnforced, or
+            # BucketOwnerPreferred with bucket-owner-full-control), not always the initiator
+            owner_xml(from_upload(up)[1]),
             "<StorageClass>STANDARD</StorageClass>", el("PartNumberMarker", marker)]
     if rows:
         body.append(el("NextPartNumberMarker", rows[-1].number))

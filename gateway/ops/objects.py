@@ -14,7 +14,7 @@ from starlette.responses import Response, StreamingResponse
 
 from gateway.metadata import ObjectRecord
 from gateway.metadata.store import NoSuchBucketError
-from gateway.ops import encryption, versioning
+from gateway.ops import encryption, objectlock, versioning
 from gateway.ops.acl_ops import new_object_acl
 from gateway.ops.common import (
     MAX_PART_SIZE,
@@ -263,7 +263,7 @@ async def write_streamed(req: S3Request, rec: ObjectRecord, body: Any,
 async def put_object(req: S3Request) -> Response:
     await require_bucket(req)
     check_key(req.key)
-    headers = stored_headers(req)
+    headers = await objectlock.write_headers(req, stored_headers(req))
     meta = user_metadata(req)
     tags = request_tags(req)
     owner, grants = await new_object_acl(req)
@@ -424,8 +424,10 @@ async def _get_or_head(req: S3Request, head: bool) -> Response:
                           "query parameter.")
         count = len(obj.parts) if is_multipart(obj) else 1
         if pn > count:
+            # 400, as AWS answers it (its error table lists the code with 416, but GetObject
+            # and HeadObject answer 400 InvalidPartNumber)
             raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable",
-                          status=416)
+                          status=400, PartNumberRequested=str(pn), ActualPartCount=str(count))
         if is_multipart(obj):
             start = sum(int(p["size"]) for p in obj.parts[:pn - 1])
             psize = int(obj.parts[pn - 1]["size"])

@@ -33,8 +33,8 @@ def require_integrity_header(req: S3Request) -> None:
     PutBucketLifecycleConfiguration) need Content-MD5 or an x-amz-checksum-* value (a header
     or a trailer); the body is then verified against it as it is read."""
     h = req.headers
-    if h.get("content-md5"):
-        return
+    if h.get("content-md5") is not None:
+        return  # the body is checked against it (an empty one is InvalidDigest)
     if any(checksums.algorithm_from_header(k) is not None for k in h.keys()):
         return
     trailer = h.get("x-amz-trailer", "")

@@ -17,7 +17,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from gateway.metadata.store import DeleteItem, NoSuchBucketError, ObjectRecord
+from gateway.metadata.store import LOCKED, DeleteItem, NoSuchBucketError, ObjectRecord
 from gateway.metadata.versionids import new_version_id
 from gateway.metadata.versionwalk import once_per_part
 from gateway.ops import access
@@ -73,6 +73,8 @@ async def put_versioning(req: S3Request) -> Response:
     recover-metadata brings the state back)."""
     await require_bucket(req)
     status = parse_versioning_configuration(await read_small_body(req, 64 * 1024))
+    from gateway.ops.objectlock import refuse_suspending
+    await refuse_suspending(req, status)
     await save_bucket_config(req.gw, req.bucket, KIND, json.dumps({"Status": status}))
     return Response(b"")
 
@@ -103,8 +105,9 @@ def store_state(req: S3Request) -> str:
 
 
 def written_headers(req: S3Request, rec: ObjectRecord) -> dict[str, str]:
-    """x-amz-version-id of a write, as S3 answers it: only on versioned buckets."""
-    if store_state(req) == "off":
+    """x-amz-version-id of a write, as S3 answers it: only on versioning-enabled buckets (a
+    suspended bucket's writes make the "null" version, and S3 sends no header for it)."""
+    if store_state(req) == "off" or rec.version_id == NULL:
         return {}
     return {"x-amz-version-id": rec.version_id}
 
@@ -227,7 +230,8 @@ async def delete_current(gw: Any, bucket: str, key: str, owner: str,
         await release(gw, marks)
         gw.kick_sweeper()
         raise S3Error("NoSuchBucket", resource="/" + bucket, BucketName=bucket) from None
-    if stored is None:  # the object changed meanwhile: the marker written is not needed
+    if stored is None or stored is LOCKED:
+        # the object changed meanwhile, or is locked: the marker written is not needed
         await store.queue_orphans([markers[0].manifest])
     gw.kick_sweeper()
     return stored
@@ -236,10 +240,15 @@ async def delete_current(gw: Any, bucket: str, key: str, owner: str,
 async def delete_object(req: S3Request) -> Response:
     """DeleteObject: a version by id (204 even when there is none, as S3), a delete marker on a
     versioned bucket, else the object."""
-    await require_bucket(req)
+    from gateway.ops import objectlock
+    b = await require_bucket(req)
     vid = requested_version(req)
     if vid is not None:
-        gone = await req.gw.store.delete_version(req.bucket, req.key, vid)
+        bypass = await objectlock.bypass_governance(req, b, req.key)
+        gone = await req.gw.store.delete_version(req.bucket, req.key, vid,
+                                                 bypass_governance=bypass)
+        if gone is LOCKED:
+            raise objectlock.locked_error()
         headers = {"x-amz-version-id": vid}
         if gone is not None:
             if getattr(gone, "delete_marker", False):
@@ -248,6 +257,8 @@ async def delete_object(req: S3Request) -> Response:
         return Response(status_code=204, headers=headers)
     state = await bucket_state(req.gw.store, req.bucket)
     res = await delete_current(req.gw, req.bucket, req.key, req.user, state)
+    if res is LOCKED:
+        raise objectlock.locked_error()
     if state == "off":
         return Response(status_code=204)
     return Response(status_code=204, headers={"x-amz-delete-marker": "true",
@@ -277,7 +288,9 @@ async def delete_objects(req: S3Request) -> Response:
     objs = root.findall("Object")
     if not objs or len(objs) > MAX_DELETE_KEYS:
         raise S3Error("MalformedXML")
+    from gateway.ops import objectlock
     entries: list[tuple[str, str | None, S3Error | None]] = []
+    bypass: list[bool] = []
     for o in objs:
         key = o.findtext("Key")
         vid = o.findtext("VersionId")
@@ -295,6 +308,8 @@ async def delete_objects(req: S3Request) -> Response:
         if err is None and not await access.check_key(req, bucket, action, key):
             err = S3Error("AccessDenied")
         entries.append((key, vid, err))
+        bypass.append(err is None and vid is not None and
+                      await objectlock.bypass_governance(req, bucket, key))
     store = req.gw.store
     state = await bucket_state(store, req.bucket)
     need_marker = [i for i, (_, vid, err) in enumerate(entries)
@@ -312,7 +327,8 @@ async def delete_objects(req: S3Request) -> Response:
                 markers_by_entry[i] = m
     todo = [i for i in range(len(entries)) if errors[i] is None]
     items = [DeleteItem(entries[i][0], version_id=entries[i][1],
-                        marker=markers_by_entry.get(i)) for i in todo]
+                        marker=markers_by_entry.get(i), bypass_governance=bypass[i])
+             for i in todo]
     results: dict[int, Any] = {}
     try:
         if items:
@@ -321,6 +337,12 @@ async def delete_objects(req: S3Request) -> Response:
             got = await store.delete_many(req.bucket, items, versioning=state,
                                           release=_marks(marks))
             for i, r in zip(todo, got, strict=True):
+                if r is LOCKED:
+                    errors[i] = objectlock.locked_error()
+                    m = markers_by_entry.pop(i, None)
+                    if m is not None:  # its marker was written for nothing
+                        await store.queue_orphans(once_per_part([m.manifest]))
+                    continue
                 results[i] = r
         else:
             await release(req.gw, marks)

@@ -76,6 +76,13 @@ ERRORS: dict[str, tuple[int, str]] = {
         400, "The XML you provided was not well-formed or did not validate against our "
              "published schema"),
     "MaxMessageLengthExceeded": (400, "Your request was too big."),
+    "MaxPostPreDataLengthExceeded": (
+        400, "Your POST request fields preceding the upload file were too large."),
+    "MalformedPOSTRequest": (
+        400, "The body of your POST request is not well-formed multipart/form-data."),
+    "InvalidPolicyDocument": (
+        400, "The content of the form does not meet the conditions specified in the policy "
+             "document."),
     "MetadataTooLarge": (
         400, "Your metadata headers exceed the maximum allowed metadata size."),
     "MethodNotAllowed": (405, "The specified method is not allowed against this resource."),
@@ -94,6 +101,10 @@ ERRORS: dict[str, tuple[int, str]] = {
         404, "The specified upload does not exist. The upload ID may be invalid, or the upload "
              "may have been aborted or completed."),
     "NoSuchVersion": (404, "The specified version does not exist."),
+    "NoSuchObjectLockConfiguration": (
+        404, "The specified object does not have a ObjectLock configuration"),
+    "ObjectLockConfigurationNotFoundError": (
+        404, "Object Lock configuration does not exist for this bucket"),
     "NotImplemented": (501, "A header you provided implies functionality that is not "
                             "implemented."),
     "NotModified": (304, "Not Modified"),

@@ -31,6 +31,7 @@ from gateway.lifecycle.worker import LifecycleWorker
 from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
 from gateway.ops import (
     acl_ops,
+    attributes,
     buckets,
     copy,
     cors,
@@ -38,15 +39,17 @@ from gateway.ops import (
     lifecycle,
     listing,
     multipart,
+    objectlock,
     objects,
     policy_ops,
+    postobject,
     service,
     tagging,
     versioning,
 )
 from gateway.ops.access import action_for, hide_missing
 from gateway.ops.common import S3Request, new_request_id
-from gateway.s3 import auth
+from gateway.s3 import amzheaders, auth
 from gateway.s3.errors import S3Error, error_xml
 from gateway.server.health import install as install_operations
 from gateway.server.users import UserDirectory
@@ -252,6 +255,8 @@ BUCKET_CONFIG_ROUTES: dict[tuple[str, frozenset], Handler] = {
     ("PUT", frozenset({"tagging"})): tagging.put_bucket_tagging,
     ("GET", frozenset({"tagging"})): tagging.get_bucket_tagging,
     ("DELETE", frozenset({"tagging"})): tagging.delete_bucket_tagging,
+    ("PUT", frozenset({"object-lock"})): objectlock.put_lock_config,
+    ("GET", frozenset({"object-lock"})): objectlock.get_lock_config,
     ("PUT", frozenset({"lifecycle"})): lifecycle.put_bucket_lifecycle,
     ("GET", frozenset({"lifecycle"})): lifecycle.get_bucket_lifecycle,
     ("DELETE", frozenset({"lifecycle"})): lifecycle.delete_bucket_lifecycle,
@@ -263,6 +268,11 @@ OBJECT_CONFIG_ROUTES: dict[tuple[str, frozenset], Handler] = {
     ("PUT", frozenset({"tagging"})): tagging.put_object_tagging,
     ("GET", frozenset({"tagging"})): tagging.get_object_tagging,
     ("DELETE", frozenset({"tagging"})): tagging.delete_object_tagging,
+    ("PUT", frozenset({"retention"})): objectlock.put_retention,
+    ("GET", frozenset({"retention"})): objectlock.get_retention,
+    ("PUT", frozenset({"legal-hold"})): objectlock.put_legal_hold,
+    ("GET", frozenset({"legal-hold"})): objectlock.get_legal_hold,
+    ("GET", frozenset({"attributes"})): attributes.get_object_attributes,
 }
 
 
@@ -287,6 +297,7 @@ def route(req: S3Request) -> Handler:
             ("GET", frozenset({"uploads"})): multipart.list_uploads,
             ("GET", frozenset({"versions"})): listing.list_versions,
             ("POST", frozenset({"delete"})): versioning.delete_objects,
+            ("POST", frozenset()): postobject.post_object,  # browser form upload
             **BUCKET_CONFIG_ROUTES,
             # CORS (gateway/ops/cors.py)
             ("PUT", frozenset({"cors"})): cors.put_bucket_cors,
@@ -431,6 +442,8 @@ def create_app(config_path_or_config: Any) -> Starlette:
             if request.method != "OPTIONS":  # a CORS preflight is never signed
                 await authenticate(req, target)
             handler = route(req)
+            if request.method != "OPTIONS":
+                amzheaders.check_request(request.method, request.headers)  # never pretend
             req.extra["action"] = action_for(req, handler)
             resp = await handler(req)
         except S3Error as e:

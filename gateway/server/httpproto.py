@@ -222,6 +222,15 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self._send_timer.cancel()
         super().connection_lost(exc)
 
+    def eof_received(self) -> bool | None:
+        """The client ended its side of the connection. Inside a request body, the body is
+        shorter than its Content-Length: answer IncompleteBody (the app's request ends, its
+        answer is dropped, nothing is stored), as S3 does, on the half still open."""
+        if self._in_body and not self._lingering and not self.transport.is_closing():
+            self._refuse(S3Error("IncompleteBody"), current=True)
+            return True  # keep the transport: _refuse writes the answer, then closes
+        return None
+
     def pause_writing(self) -> None:
         # The client reads slower than we send; one that reads nothing for the send timeout
         # is cut off, so that its download does not hold the worker's node connections.

@@ -1,10 +1,13 @@
-"""Tags and ACLs set after a write, on the nodes: what `recover-metadata` needs to bring back
-the tags of PutObjectTagging / DeleteObjectTagging and the ACL of PutObjectAcl.
+"""Tags, ACLs and Object Lock set after a write, on the nodes: what `recover-metadata` needs to
+bring back the tags of PutObjectTagging / DeleteObjectTagging, the ACL of PutObjectAcl and the
+retention and legal hold of PutObjectRetention / PutObjectLegalHold.
 
-An object's archives are immutable and carry its write-time tags and ACL. Each later change
-writes a 0-byte erasure part (as delete markers do, gateway/store/deletemarkers.py) whose archives'
-meta dict is `{"kind": "object-tags", "tags": {bucket, key, version_id, version, tags, acl,
-time}}`, part uid `tg:{uuid4 hex}`. The version owns it (`ObjectRecord.meta_part`, freed with
+An object's archives are immutable and carry its write-time tags, ACL and lock (in its
+headers). Each later change writes a 0-byte erasure part (as delete markers do,
+gateway/store/deletemarkers.py) whose archives' meta dict is `{"kind": "object-tags", "tags":
+{bucket, key, version_id, version, tags, acl, time, lock}}` (`lock`: the version's
+x-amz-object-lock-* headers, {} for none; archives older than Object Lock lack it, and
+recovery then keeps the write-time headers), part uid `tg:{uuid4 hex}`. The version owns it (`ObjectRecord.meta_part`, freed with
 the version; the one it replaces is queued for deletion in the same commit). Order: the
 archive is written under a pending mark, then the store change and the mark's release commit
 in one transaction; a crash in between leaves a mark the sweeper resolves after the grace.
@@ -20,6 +23,7 @@ from typing import Any
 
 from gateway.metadata.store import ObjectRecord
 from gateway.s3.errors import S3Error
+from gateway.s3.lockrules import lock_of, with_lock
 from gateway.store.storage import FAILED_WRITE_DELAY, layout_to_dict
 from gateway.store.streamhints import stream_hint
 
@@ -33,23 +37,27 @@ async def _no_bytes() -> AsyncIterator[bytes]:
 
 
 def archive_meta(obj: ObjectRecord, tags: dict[str, str],
-                 acl: list[dict[str, Any]] | None, when: float) -> dict[str, Any]:
+                 acl: list[dict[str, Any]] | None, when: float,
+                 lock: dict[str, str] | None = None) -> dict[str, Any]:
     """The meta dict every archive of the change carries."""
-    return {"kind": KIND, "tags": {"bucket": obj.bucket, "key": obj.key,
-                                   "version_id": obj.version_id or "null",
-                                   "version": obj.version, "tags": dict(tags),
-                                   "acl": acl, "time": when}}
+    d: dict[str, Any] = {"bucket": obj.bucket, "key": obj.key,
+                         "version_id": obj.version_id or "null", "version": obj.version,
+                         "tags": dict(tags), "acl": acl, "time": when}
+    if lock is not None:
+        d["lock"] = dict(lock)
+    return {"kind": KIND, "tags": d}
 
 
 async def write_change(storage: Any, store: Any, obj: ObjectRecord, tags: dict[str, str],
-                       acl: list[dict[str, Any]] | None) -> tuple[dict[str, Any], int]:
+                       acl: list[dict[str, Any]] | None,
+                       lock: dict[str, str] | None = None) -> tuple[dict[str, Any], int]:
     """Write the archive recording `obj`'s new tags and ACL; (its layout, the pending mark to
     release at commit). ServiceUnavailable when too few nodes answered."""
     from erasure.errors import ErasureError
     uid = f"{PREFIX}{uuid.uuid4().hex}"
     (mark,) = await store.queue_orphans([{"part_uid": uid, "pending": True}],
                                         delay=storage.pending_grace)
-    meta = archive_meta(obj, tags, acl, time.time())
+    meta = archive_meta(obj, tags, acl, time.time(), lock)
     try:
         layout = await storage.cluster.write_part(
             uid, _no_bytes(), length=0, stream=stream_hint(obj.bucket, obj.key),
@@ -68,27 +76,37 @@ async def write_change(storage: Any, store: Any, obj: ObjectRecord, tags: dict[s
 
 
 async def save_change(req: Any, obj: ObjectRecord, tags: dict[str, str],
-                      acl: list[dict[str, Any]] | None, field: str) -> bool:
-    """Record `obj`'s new tags (field "tags") or ACL ("acl"): the archive, then the store
-    change with the mark's release. False (the archive queued for deletion) if the version
-    is gone or is another write now.
+                      acl: list[dict[str, Any]] | None, field: str,
+                      lock: dict[str, str] | None = None) -> bool:
+    """Record `obj`'s new tags (field "tags"), ACL ("acl") or Object Lock ("lock": `lock`
+    replaces the lock entries of its headers, and commits only if the lock is still the one
+    `obj` was read with: a retention decision is never made on a stale read, OperationAborted
+    otherwise): the archive, then the store change with the mark's release. False (the
+    archive queued for deletion) if the version is gone or is another write now.
 
-    Every archive carries both fields, and recovery takes the newest: the change commits only
-    if the version's other field is still the one its archive carries, else (a PutObjectAcl
-    and a PutObjectTagging raced) the archive is written again with the other field as now
-    stored, so the newest archive never brings back a stale one."""
+    Every archive carries all three fields, and recovery takes the newest: the change commits
+    only if the version's other fields are still the ones its archive carries, else (a
+    PutObjectAcl and a PutObjectTagging raced) the archive is written again with the other
+    fields as now stored, so the newest archive never brings back a stale one."""
     gw = req.gw
     vid = obj.version_id or "null"
+    was = lock_of(obj.headers)
+    new_lock = dict(lock) if field == "lock" and lock is not None else was
     for _ in range(8):
-        layout, mark = await write_change(gw.storage, gw.store, obj, tags, acl)
+        layout, mark = await write_change(gw.storage, gw.store, obj, tags, acl, new_lock)
         if field == "tags":
             done = await gw.store.put_object_tags(obj.bucket, obj.key, vid, tags,
                                                   meta_part=layout, if_version=obj.version,
-                                                  release=[mark], if_acl=acl)
-        else:
+                                                  release=[mark], if_acl=acl, if_lock=was)
+        elif field == "acl":
             done = await gw.store.put_object_acl(obj.bucket, obj.key, vid, acl,
                                                  meta_part=layout, if_version=obj.version,
-                                                 release=[mark], if_tags=tags)
+                                                 release=[mark], if_tags=tags, if_lock=was)
+        else:
+            done = await gw.store.put_object_lock(obj.bucket, obj.key, vid, new_lock,
+                                                  meta_part=layout, if_version=obj.version,
+                                                  release=[mark], if_tags=tags, if_acl=acl,
+                                                  if_lock=was)
         if not done:
             await gw.store.queue_orphans([layout])
             await gw.store.done_orphans([mark])
@@ -98,10 +116,14 @@ async def save_change(req: Any, obj: ObjectRecord, tags: dict[str, str],
         now = await gw.store.get_object(obj.bucket, obj.key, vid)
         if now is None or getattr(now, "delete_marker", False) or now.version != obj.version:
             return False
-        if field == "tags":
+        if field != "acl":
             acl = now.acl
-        else:
+        if field != "tags":
             tags = dict(now.tags)
+        if lock_of(now.headers) != was:
+            if field == "lock":
+                raise S3Error("OperationAborted")
+            was = new_lock = lock_of(now.headers)
     raise S3Error("ServiceUnavailable", "The object's tags or ACL kept changing; please retry.")
 
 
@@ -113,7 +135,9 @@ def change_from_meta(meta: dict[str, Any]) -> dict[str, Any]:
                "version_id": str(d["version_id"]), "version": str(d["version"]),
                "tags": {str(k): str(v) for k, v in dict(d["tags"]).items()},
                "acl": list(d["acl"]) if d.get("acl") is not None else None,
-               "time": float(d["time"])}
+               "time": float(d["time"]),
+               "lock": {str(k): str(v) for k, v in dict(d["lock"]).items()}
+               if d.get("lock") is not None else None}
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"malformed tag archive: {e!r}") from None
     if not out["bucket"] or not out["key"]:
@@ -146,4 +170,6 @@ def apply_changes(records: list[ObjectRecord],
     for k, (ch, lay) in newest.items():
         rec = by_write[k]
         rec.tags, rec.acl, rec.meta_part = dict(ch["tags"]), ch["acl"], lay
+        if ch.get("lock") is not None:
+            rec.headers = with_lock(rec.headers, ch["lock"])
     return leftovers

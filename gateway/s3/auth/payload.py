@@ -118,7 +118,9 @@ class RequestBody:
                                             "checksum sent.")
 
         content_md5 = first(h, "content-md5")
-        self._content_md5 = checksums.parse_content_md5(content_md5) if content_md5 else None
+        # an empty Content-MD5 is a malformed one (InvalidDigest), not an absent one
+        self._content_md5 = checksums.parse_content_md5(content_md5) \
+            if content_md5 is not None else None
 
         # How the bytes arrive.
         self._decoder: AwsChunkedDecoder | None = None

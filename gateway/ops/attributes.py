@@ -8,6 +8,7 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from gateway.metadata import ObjectRecord
+from gateway.ops import encryption
 from gateway.ops.common import (
     MAX_PARTS,
     S3_NS,
@@ -82,6 +83,7 @@ async def get_object_attributes(req: S3Request) -> Response:
     marker = _count(req, "x-amz-part-number-marker", 0)
     limit = min(_count(req, "x-amz-max-parts", DEFAULT_MAX_PARTS), MAX_PARTS)
     obj = await object_for_read(req, req.bucket, req.key, requested_version(req))
+    encryption.for_read(req, obj)  # an SSE-C object's attributes need its key, as its GET does
     body = []
     if "ETag" in names:
         body.append(el("ETag", obj.etag))  # unquoted, as S3 answers it here

@@ -119,7 +119,14 @@ def _b64(text: str) -> bytes | None:
 
 
 def parse_method(h: Mapping[str, str]) -> str:
-    """x-amz-server-side-encryption of a write: "" or "AES256"; aws:kms* NotImplemented."""
+    """x-amz-server-side-encryption of a write: "" or "AES256"; aws:kms* NotImplemented.
+    x-amz-server-side-encryption-bucket-key-enabled only tunes KMS calls: a boolean, else
+    InvalidArgument; with no KMS here it changes nothing."""
+    bucket_key = _header(h, SSE_BUCKET_KEY)
+    if bucket_key is not None and bucket_key.strip().lower() not in ("true", "false"):
+        raise S3Error("InvalidArgument", "x-amz-server-side-encryption-bucket-key-enabled must "
+                      "be true or false", ArgumentName=SSE_BUCKET_KEY,
+                      ArgumentValue=bucket_key[:64])
     v = _header(h, SSE)
     if v is None:
         if _header(h, SSE_KMS_KEY) is not None or _header(h, SSE_KMS_CONTEXT) is not None:

@@ -4,9 +4,8 @@ error, against a real `zonegate serve` and node processes.
 
 HEADERS has a row for every header of gateway/s3/amzheaders.py's catalogue (a test below fails
 when one is added there without a row here), and an unknown x-amz-* header on a write is
-refused: a new storage-changing header cannot slip in unseen. The SSE rows are "honoured by
-the sse work": refused (NotImplemented) while gateway/s3/sse.py is absent; once it is there
-they are skipped here, and the integrator fills in their effect checks."""
+refused: a new storage-changing header cannot slip in unseen. The SSE rows check SSE-S3 and
+SSE-C for real (gateway/s3/sse.py) and the KMS parameters refused (no KMS is configured)."""
 
 from __future__ import annotations
 
@@ -23,6 +22,7 @@ from botocore.exceptions import ClientError
 
 from gateway.access.identity import canonical_id
 from gateway.s3 import amzheaders
+from gateway.store.ssekeys import new_key_line
 from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, signed_request
 from tests.support.s3raw import Creds, code_of, send, sign_v4
 
@@ -31,7 +31,10 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory):
-    g = Gateway(tmp_path_factory.mktemp("honest"))
+    root = tmp_path_factory.mktemp("honest")
+    (root / "master.keys").write_text(new_key_line("k1"))
+    g = Gateway(root, gateway_options={"sse_master_key_file": str(root / "master.keys"),
+                                       "sse_c_allow_http": True})
     g.start()
     yield g
     g.stop()
@@ -300,11 +303,61 @@ def refused(c: Ctx, name: str) -> None:
     assert code_of(r[0], r[2]) == (501, "NotImplemented") and not c.stored(), r
 
 
-def sse(c: Ctx, name: str) -> None:
-    if amzheaders.sse_present():
-        pytest.skip("honoured by the sse work: the integrator fills in this row's check")
-    r = c.put({name: "AES256"})
+SSEC_KEY = bytes(range(32))
+SSEC = {"x-amz-server-side-encryption-customer-algorithm": "AES256",
+        "x-amz-server-side-encryption-customer-key": base64.b64encode(SSEC_KEY).decode(),
+        "x-amz-server-side-encryption-customer-key-md5": _md5(SSEC_KEY)}
+
+
+def sse_s3(c: Ctx) -> None:
+    _ok(c.put({"x-amz-server-side-encryption": "AES256"}))
+    assert c.s3.head_object(Bucket="hon", Key=c.key)["ServerSideEncryption"] == "AES256"
+    r = c.put({"x-amz-server-side-encryption": "aws:kms"}, body=b"kms")
+    assert code_of(r[0], r[2]) == (501, "NotImplemented"), r   # no KMS is configured
+    assert c.s3.get_object(Bucket="hon", Key=c.key)["Body"].read() == b"data"
+
+
+def sse_kms_only(c: Ctx, name: str) -> None:
+    # KMS parameters: no KMS here, so refused with S3's error and nothing stored
+    for headers in ({name: "x"}, {name: "x", "x-amz-server-side-encryption": "aws:kms"}):
+        r = c.put(headers)
+        assert r[0] >= 400 and code_of(r[0], r[2])[1] and not c.stored(), r
+
+
+def sse_bucket_key(c: Ctx) -> None:
+    # tunes KMS calls only: a boolean (else InvalidArgument), with aws:kms NotImplemented
+    name = "x-amz-server-side-encryption-bucket-key-enabled"
+    r = c.put({name: "maybe"})
+    assert code_of(r[0], r[2]) == (400, "InvalidArgument") and not c.stored(), r
+    r = c.put({name: "true", "x-amz-server-side-encryption": "aws:kms"})
     assert code_of(r[0], r[2]) == (501, "NotImplemented") and not c.stored(), r
+    _ok(c.put({name: "true", "x-amz-server-side-encryption": "AES256"}))
+    assert c.s3.head_object(Bucket="hon", Key=c.key)["ServerSideEncryption"] == "AES256"
+
+
+def sse_c(c: Ctx, name: str) -> None:
+    # alone, a part of the trio is refused; the whole trio stores with the key, which every
+    # later read must carry
+    r = c.put({name: SSEC[name]})
+    assert code_of(r[0], r[2])[0] == 400 and not c.stored(), r
+    _ok(c.put(SSEC))
+    r = signed_request(c.gw, "GET", f"/hon/{c.key}")
+    assert code_of(r[0], r[2])[0] == 400, r
+    r = signed_request(c.gw, "GET", f"/hon/{c.key}", headers=SSEC)
+    assert r[0] == 200 and r[2] == b"data", r
+
+
+def sse_c_copy(c: Ctx, name: str) -> None:
+    src = c.key + "-src"
+    _ok(signed_request(c.gw, "PUT", f"/hon/{src}", headers=SSEC, body=b"secret"))
+    copy = {"x-amz-copy-source": f"/hon/{src}"}
+    r = c.put(copy)
+    assert code_of(r[0], r[2])[0] == 400 and not c.stored(), r   # the source's key is missing
+    trio = {k.replace("x-amz-", "x-amz-copy-source-"): v for k, v in SSEC.items()}
+    r = c.put({**copy, name: trio[name]})
+    assert code_of(r[0], r[2])[0] == 400 and not c.stored(), r   # a part of the trio alone
+    _ok(c.put({**copy, **trio}))
+    assert c.s3.get_object(Bucket="hon", Key=c.key)["Body"].read() == b"secret"
 
 
 @dataclass(frozen=True)
@@ -339,8 +392,14 @@ HEADERS = [
     Row("x-amz-part-number-marker", attributes),
     *[Row(h, harmless, True) for h in sorted(amzheaders.HARMLESS)],
     *[Row(h, refused, True) for h in sorted(amzheaders.REFUSED)],
-    # honoured by the sse work (gateway/s3/sse.py): refused until it is there
-    *[Row(h, sse, True) for h in sorted(amzheaders.SSE_HEADERS)],
+    # server-side encryption (gateway/s3/sse.py)
+    Row("x-amz-server-side-encryption", sse_s3),
+    *[Row(h, sse_kms_only, True) for h in sorted(amzheaders.SSE_HEADERS)
+      if h.endswith(("-aws-kms-key-id", "-context"))],
+    Row("x-amz-server-side-encryption-bucket-key-enabled", sse_bucket_key),
+    *[Row(h, sse_c, True) for h in sorted(SSEC)],
+    *[Row(h, sse_c_copy, True) for h in sorted(amzheaders.SSE_HEADERS)
+      if h.startswith("x-amz-copy-source-server-side-encryption-customer-")],
 ]
 
 
@@ -392,13 +451,16 @@ def test_unimplemented_subresources_are_refused(gw, s3, method, key, sub):
     assert code_of(r[0], r[2]) == (501, "NotImplemented"), r
 
 
-def test_encryption_subresource_is_the_sse_works(gw):
-    if amzheaders.sse_present():
-        pytest.skip("honoured by the sse work: the integrator fills in this row's check")
-    body = b"<ServerSideEncryptionConfiguration/>"
-    r = signed_request(gw, "PUT", "/hon", query="encryption=", body=body,
+def test_encryption_subresource_is_honoured(gw, s3):
+    body = (b'<ServerSideEncryptionConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+            b"<Rule><ApplyServerSideEncryptionByDefault><SSEAlgorithm>AES256</SSEAlgorithm>"
+            b"</ApplyServerSideEncryptionByDefault></Rule></ServerSideEncryptionConfiguration>")
+    s3.create_bucket(Bucket="hon-enc")
+    r = signed_request(gw, "PUT", "/hon-enc", query="encryption=", body=body,
                        headers={"content-md5": _md5(body)})
-    assert code_of(r[0], r[2]) == (501, "NotImplemented")
+    assert r[0] == 200, r
+    s3.put_object(Bucket="hon-enc", Key="k", Body=b"x")   # no SSE header: the default applies
+    assert s3.head_object(Bucket="hon-enc", Key="k")["ServerSideEncryption"] == "AES256"
 
 
 # ---- XML elements that would change what is stored --------------------------------------------

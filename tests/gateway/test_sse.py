@@ -24,7 +24,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
 from gateway.store.ssekeys import new_key_line
-from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, serving
+from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, serving, signed_request
 
 pytestmark = pytest.mark.timeout(600)
 MiB = 1024 * 1024
@@ -144,6 +144,19 @@ def test_sse_c_put_get_and_key_errors(gw, s3):
         with pytest.raises(ClientError) as e:
             call(Bucket=B, Key="c/obj", **ssec(KEY2))
         assert status(e) == 403
+    # GetObjectAttributes needs the key as GET does (raw: boto3 does not encode it there)
+    def attrs(key: bytes | None) -> tuple[int, bytes]:
+        h = {"x-amz-object-attributes": "ObjectSize"}
+        if key is not None:
+            h.update({"x-amz-server-side-encryption-customer-algorithm": "AES256",
+                      "x-amz-server-side-encryption-customer-key": base64.b64encode(key).decode(),
+                      "x-amz-server-side-encryption-customer-key-md5":
+                          base64.b64encode(hashlib.md5(key).digest()).decode()})
+        r = signed_request(gw, "GET", f"/{B}/c/obj", query="attributes=", headers=h)
+        return r[0], r[2]
+    assert attrs(None)[0] == 400 and attrs(KEY2)[0] == 403
+    st, body = attrs(KEY1)
+    assert st == 200 and f"<ObjectSize>{len(data)}</ObjectSize>".encode() in body, body
     with pytest.raises(ClientError) as e:
         s3.get_object(Bucket=B, Key="c/obj")
     assert code(e) == "InvalidRequest"
@@ -166,7 +179,6 @@ def test_sse_c_put_get_and_key_errors(gw, s3):
         s3.get_object(Bucket=B, Key="c/empty", **ssec(KEY2))
     assert code(e) == "AccessDenied"
     # GET takes no x-amz-server-side-encryption header (S3: 400)
-    from tests.support.gwcluster import signed_request
     st, _, body = signed_request(gw, "GET", f"/{B}/s3/empty",
                                  headers={"x-amz-server-side-encryption": "AES256"})
     assert st == 400 and b"<Code>InvalidArgument</Code>" in body
@@ -202,7 +214,6 @@ def test_sse_c_put_get_and_key_errors(gw, s3):
           base64.b64encode(hashlib.md5(KEY1).digest()).decode()}, (400, "InvalidArgument")),
 ])
 def test_bad_sse_headers_store_nothing(gw, s3, headers, want):
-    from tests.support.gwcluster import signed_request
     st, _, body = signed_request(gw, "PUT", f"/{B}/bad/obj", headers=headers, body=b"data")
     assert (st, body.split(b"<Code>")[1].split(b"</Code>")[0].decode()) == want, body
     with pytest.raises(ClientError) as e:
@@ -305,7 +316,6 @@ def test_bucket_default_encryption(gw, s3):
         s3.put_bucket_encryption(Bucket="dflt", ServerSideEncryptionConfiguration={"Rules": [
             {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms"}}]})
     assert code(e) == "NotImplemented"
-    from tests.support.gwcluster import signed_request
 
     def put_raw(body: bytes, md5: bool = True) -> tuple[int, bytes]:
         h = {"Content-MD5": base64.b64encode(hashlib.md5(body).digest()).decode()} if md5 else {}

@@ -22,6 +22,7 @@ from starlette.responses import Response
 from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import S3Request, read_small_body, require_bucket
 from gateway.s3 import corsrules as cors
+from gateway.s3.addressing import request_target
 from gateway.s3.errors import S3Error
 
 log = logging.getLogger("zonegate.cors")
@@ -149,8 +150,7 @@ async def answer_headers(gw: Any, request: Request) -> list[tuple[str, str]]:
     if not origin or request.method == "OPTIONS":
         return []
     try:
-        from gateway.server.app import request_target
-        bucket = request_target(gw, request).bucket
+        bucket = request_target(gw.domains, request).bucket
         if not bucket:
             return []
         state = await cache_of(gw).get(gw.store, bucket)

@@ -16,15 +16,17 @@ from typing import Any
 from starlette.responses import Response
 
 from gateway.metadata import ObjectRecord
-from gateway.ops import access
 from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import (
     S3Request,
-    bucket_config,
     now,
     read_small_body,
     require_bucket,
     xml_response,
+)
+from gateway.ops.lockguard import (
+    bypass_governance,
+    lock_config,
 )
 from gateway.ops.tagging import require_integrity_header
 from gateway.ops.versioning import (
@@ -37,17 +39,9 @@ from gateway.s3.errors import S3Error
 from gateway.store.tagarchives import save_change
 
 MAX_BODY = 64 * 1024
-LOCKED_MESSAGE = "Access Denied because object protected by object lock."
 
 
 # ---- the bucket's configuration -------------------------------------------------------------
-
-async def lock_config(req: S3Request, bucket: str | None = None) -> dict[str, Any] | None:
-    """The bucket's Object Lock configuration (None: the bucket has no lock), from the
-    configs the access check read."""
-    return rules.config_from_doc(await bucket_config(req, bucket or req.bucket,
-                                                     rules.CONFIG_KIND))
-
 
 def enabled_at_creation(req: S3Request) -> bool:
     """CreateBucket's `x-amz-bucket-object-lock-enabled: true`."""
@@ -82,13 +76,6 @@ async def get_lock_config(req: S3Request) -> Response:
     if config is None:
         raise S3Error("ObjectLockConfigurationNotFoundError", BucketName=req.bucket)
     return xml_response(rules.render_lock_config(config))
-
-
-async def refuse_suspending(req: S3Request, status: str) -> None:
-    """PutBucketVersioning: a bucket with Object Lock keeps its versioning enabled."""
-    if status != "Enabled" and await lock_config(req) is not None:
-        raise S3Error("InvalidBucketState", "An Object Lock configuration is present on this "
-                      "bucket, so the versioning state cannot be changed.")
 
 
 # ---- new versions ----------------------------------------------------------------------------
@@ -129,19 +116,6 @@ async def completed_headers(req: S3Request, headers: dict[str, str]) -> dict[str
 
 
 # ---- deletes ---------------------------------------------------------------------------------
-
-async def bypass_governance(req: S3Request, bucket: Any, key: str) -> bool:
-    """Whether this delete may remove a version under GOVERNANCE retention: the request says
-    `x-amz-bypass-governance-retention: true` and may s3:BypassGovernanceRetention."""
-    if req.headers.get(rules.BYPASS, "").strip().lower() != "true":
-        return False
-    return await access.check_key(req, bucket, "BypassGovernanceRetention", key)
-
-
-def locked_error() -> S3Error:
-    """The answer to a delete of a version Object Lock protects."""
-    return S3Error("AccessDenied", LOCKED_MESSAGE)
-
 
 # ---- retention and legal hold ----------------------------------------------------------------
 

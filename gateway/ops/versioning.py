@@ -20,7 +20,7 @@ from starlette.responses import Response
 from gateway.metadata.store import LOCKED, DeleteItem, NoSuchBucketError, ObjectRecord
 from gateway.metadata.versionids import new_version_id
 from gateway.metadata.versionwalk import once_per_part
-from gateway.ops import access
+from gateway.ops import access, lockguard
 from gateway.ops.bucketconfig import save_bucket_config
 from gateway.ops.common import (
     MAX_DELETE_KEYS,
@@ -73,8 +73,7 @@ async def put_versioning(req: S3Request) -> Response:
     recover-metadata brings the state back)."""
     await require_bucket(req)
     status = parse_versioning_configuration(await read_small_body(req, 64 * 1024))
-    from gateway.ops.objectlock import refuse_suspending
-    await refuse_suspending(req, status)
+    await lockguard.refuse_suspending(req, status)
     await save_bucket_config(req.gw, req.bucket, KIND, json.dumps({"Status": status}))
     return Response(b"")
 
@@ -240,15 +239,14 @@ async def delete_current(gw: Any, bucket: str, key: str, owner: str,
 async def delete_object(req: S3Request) -> Response:
     """DeleteObject: a version by id (204 even when there is none, as S3), a delete marker on a
     versioned bucket, else the object."""
-    from gateway.ops import objectlock
     b = await require_bucket(req)
     vid = requested_version(req)
     if vid is not None:
-        bypass = await objectlock.bypass_governance(req, b, req.key)
+        bypass = await lockguard.bypass_governance(req, b, req.key)
         gone = await req.gw.store.delete_version(req.bucket, req.key, vid,
                                                  bypass_governance=bypass)
         if gone is LOCKED:
-            raise objectlock.locked_error()
+            raise lockguard.locked_error()
         headers = {"x-amz-version-id": vid}
         if gone is not None:
             if getattr(gone, "delete_marker", False):
@@ -258,7 +256,7 @@ async def delete_object(req: S3Request) -> Response:
     state = await bucket_state(req.gw.store, req.bucket)
     res = await delete_current(req.gw, req.bucket, req.key, req.user, state)
     if res is LOCKED:
-        raise objectlock.locked_error()
+        raise lockguard.locked_error()
     if state == "off":
         return Response(status_code=204)
     return Response(status_code=204, headers={"x-amz-delete-marker": "true",
@@ -288,7 +286,6 @@ async def delete_objects(req: S3Request) -> Response:
     objs = root.findall("Object")
     if not objs or len(objs) > MAX_DELETE_KEYS:
         raise S3Error("MalformedXML")
-    from gateway.ops import objectlock
     entries: list[tuple[str, str | None, S3Error | None]] = []
     bypass: list[bool] = []
     for o in objs:
@@ -309,7 +306,7 @@ async def delete_objects(req: S3Request) -> Response:
             err = S3Error("AccessDenied")
         entries.append((key, vid, err))
         bypass.append(err is None and vid is not None and
-                      await objectlock.bypass_governance(req, bucket, key))
+                      await lockguard.bypass_governance(req, bucket, key))
     store = req.gw.store
     state = await bucket_state(store, req.bucket)
     need_marker = [i for i, (_, vid, err) in enumerate(entries)
@@ -338,7 +335,7 @@ async def delete_objects(req: S3Request) -> Response:
                                           release=_marks(marks))
             for i, r in zip(todo, got, strict=True):
                 if r is LOCKED:
-                    errors[i] = objectlock.locked_error()
+                    errors[i] = lockguard.locked_error()
                     m = markers_by_entry.pop(i, None)
                     if m is not None:  # its marker was written for nothing
                         await store.queue_orphans(once_per_part([m.manifest]))

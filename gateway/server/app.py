@@ -12,11 +12,9 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, unquote_to_bytes
 
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
@@ -29,29 +27,14 @@ from gateway.console.routes import enabled as console_enabled
 from gateway.console.routes import install as install_console
 from gateway.lifecycle.worker import LifecycleWorker
 from gateway.metadata import MetadataStore, StoreUnavailableError, store_from_config
-from gateway.ops import (
-    acl_ops,
-    attributes,
-    buckets,
-    copy,
-    cors,
-    encryption,
-    lifecycle,
-    listing,
-    multipart,
-    objectlock,
-    objects,
-    policy_ops,
-    postobject,
-    service,
-    tagging,
-    versioning,
-)
+from gateway.ops import cors
 from gateway.ops.access import action_for, hide_missing
 from gateway.ops.common import S3Request, new_request_id
 from gateway.s3 import amzheaders, auth
+from gateway.s3.addressing import Target, parse_query, request_target
 from gateway.s3.errors import S3Error, error_xml
 from gateway.server.health import install as install_operations
+from gateway.server.routes import route
 from gateway.server.users import UserDirectory
 from gateway.store.ssekeys import SseSettings
 from gateway.store.storage import Storage
@@ -72,17 +55,6 @@ class _AnyPath(Convertor[str]):
 
 register_url_convertor("s3path", _AnyPath())
 
-Handler = Callable[[S3Request], Awaitable[Response]]
-
-# Query parameters that name an S3 subresource; any we do not handle is NotImplemented.
-SUBRESOURCES = {
-    "accelerate", "acl", "analytics", "attributes", "cors", "delete", "encryption",
-    "intelligent-tiering", "inventory", "legal-hold", "lifecycle", "location", "logging",
-    "metadata", "metrics", "notification", "object-lock", "ownershipControls", "policy",
-    "policyStatus", "publicAccessBlock", "replication", "requestPayment", "restore",
-    "retention", "select", "tagging", "torrent", "uploadId", "uploads", "versioning",
-    "versions", "website", "renameObject", "session",
-}
 SWEEP_INTERVAL = 60.0
 ABANDONED_UPLOAD_AGE = 7 * 24 * 3600.0
 # Replaced or deleted data may stay on the nodes this long after the commit, for reads that
@@ -184,173 +156,6 @@ class Gateway:
             self._kick.clear()
 
 
-def _split_host(host: str) -> str:
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host.split("]")[0] + "]"
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-
-
-@dataclass(frozen=True)
-class Target:
-    """What a request addresses, from one parse of (Host, raw path): the resource that is
-    verified (SigV2 signs "/bucket/key" whichever way the bucket was named) is then always
-    the resource served."""
-
-    bucket: str
-    key: str
-    virtual: bool      # the bucket came from the Host header (bucket.<domain>)
-    raw_path: bytes    # the path as received, still percent-encoded, no query
-
-    @property
-    def resource_prefix(self) -> str:
-        """What SigV2's canonical resource puts before the raw path."""
-        return "/" + self.bucket if self.virtual else ""
-
-
-def request_target(gw: Gateway, request: Request) -> Target:
-    """The request's Target. Virtual-host style when Host is `<bucket>.<one of
-    gw.domains>` (the port ignored); otherwise path style, the bucket being the path's first
-    segment up to its first `/`. A path that does not start with `/` or is not UTF-8 once
-    decoded is InvalidURI."""
-    raw = request.scope.get("raw_path") or request.scope["path"].encode()
-    raw = raw.split(b"?", 1)[0]
-    if not raw.startswith(b"/"):
-        raise S3Error("InvalidURI")
-    try:
-        path = unquote_to_bytes(raw).decode("utf-8")
-    except UnicodeDecodeError:
-        raise S3Error("InvalidURI") from None
-    host = _split_host(request.headers.get("host", ""))
-    for dom in gw.domains:
-        if host.endswith("." + dom) and len(host) > len(dom) + 1:
-            return Target(host[: -len(dom) - 1], path[1:], True, raw)
-    bucket, _, key = path[1:].partition("/")
-    return Target(bucket, key, False, raw)
-
-
-def parse_target(gw: Gateway, request: Request) -> tuple[str, str]:
-    """(bucket, key) of `request_target`."""
-    t = request_target(gw, request)
-    return t.bucket, t.key
-
-
-def parse_query_pairs(qs: bytes) -> list[tuple[str, str]]:
-    try:
-        return parse_qsl(qs.decode("latin-1"), keep_blank_values=True, encoding="utf-8",
-                         errors="strict")
-    except (UnicodeDecodeError, ValueError):
-        raise S3Error("InvalidURI") from None
-
-
-def parse_query(request: Request) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for k, v in parse_query_pairs(request.scope.get("query_string", b"")):
-        out.setdefault(k, v)
-    return out
-
-
-# Tagging and lifecycle (gateway/ops/tagging.py, gateway/ops/lifecycle.py).
-BUCKET_CONFIG_ROUTES: dict[tuple[str, frozenset], Handler] = {
-    ("PUT", frozenset({"tagging"})): tagging.put_bucket_tagging,
-    ("GET", frozenset({"tagging"})): tagging.get_bucket_tagging,
-    ("DELETE", frozenset({"tagging"})): tagging.delete_bucket_tagging,
-    ("PUT", frozenset({"object-lock"})): objectlock.put_lock_config,
-    ("GET", frozenset({"object-lock"})): objectlock.get_lock_config,
-    ("PUT", frozenset({"lifecycle"})): lifecycle.put_bucket_lifecycle,
-    ("GET", frozenset({"lifecycle"})): lifecycle.get_bucket_lifecycle,
-    ("DELETE", frozenset({"lifecycle"})): lifecycle.delete_bucket_lifecycle,
-    ("PUT", frozenset({"encryption"})): encryption.put_bucket_encryption,
-    ("GET", frozenset({"encryption"})): encryption.get_bucket_encryption,
-    ("DELETE", frozenset({"encryption"})): encryption.delete_bucket_encryption,
-}
-OBJECT_CONFIG_ROUTES: dict[tuple[str, frozenset], Handler] = {
-    ("PUT", frozenset({"tagging"})): tagging.put_object_tagging,
-    ("GET", frozenset({"tagging"})): tagging.get_object_tagging,
-    ("DELETE", frozenset({"tagging"})): tagging.delete_object_tagging,
-    ("PUT", frozenset({"retention"})): objectlock.put_retention,
-    ("GET", frozenset({"retention"})): objectlock.get_retention,
-    ("PUT", frozenset({"legal-hold"})): objectlock.put_legal_hold,
-    ("GET", frozenset({"legal-hold"})): objectlock.get_legal_hold,
-    ("GET", frozenset({"attributes"})): attributes.get_object_attributes,
-}
-
-
-def route(req: S3Request) -> Handler:
-    """Pick the operation for method + subresources."""
-    m, q = req.method, req.query
-    subs = {k for k in q if k in SUBRESOURCES}
-    if m == "OPTIONS":
-        return cors.preflight  # a CORS preflight, whatever the subresources
-    if not req.bucket:
-        if m in ("GET", "HEAD"):
-            return service.list_buckets
-        raise S3Error("MethodNotAllowed", ResourceType="SERVICE", Method=m)
-    if not req.key:
-        table: dict[tuple[str, frozenset], Handler] = {
-            ("PUT", frozenset()): buckets.create_bucket,
-            ("HEAD", frozenset()): buckets.head_bucket,
-            ("DELETE", frozenset()): buckets.delete_bucket,
-            ("GET", frozenset({"location"})): buckets.get_location,
-            ("GET", frozenset({"versioning"})): versioning.get_versioning,
-            ("PUT", frozenset({"versioning"})): versioning.put_versioning,
-            ("GET", frozenset({"uploads"})): multipart.list_uploads,
-            ("GET", frozenset({"versions"})): listing.list_versions,
-            ("POST", frozenset({"delete"})): versioning.delete_objects,
-            ("POST", frozenset()): postobject.post_object,  # browser form upload
-            **BUCKET_CONFIG_ROUTES,
-            # CORS (gateway/ops/cors.py)
-            ("PUT", frozenset({"cors"})): cors.put_bucket_cors,
-            ("GET", frozenset({"cors"})): cors.get_bucket_cors,
-            ("DELETE", frozenset({"cors"})): cors.delete_bucket_cors,
-            # access control (acl15)
-            ("GET", frozenset({"acl"})): acl_ops.get_bucket_acl,
-            ("PUT", frozenset({"acl"})): acl_ops.put_bucket_acl,
-            ("GET", frozenset({"policy"})): policy_ops.get_policy,
-            ("PUT", frozenset({"policy"})): policy_ops.put_policy,
-            ("DELETE", frozenset({"policy"})): policy_ops.delete_policy,
-            ("GET", frozenset({"policyStatus"})): policy_ops.get_policy_status,
-            ("GET", frozenset({"ownershipControls"})): policy_ops.get_ownership,
-            ("PUT", frozenset({"ownershipControls"})): policy_ops.put_ownership,
-            ("DELETE", frozenset({"ownershipControls"})): policy_ops.delete_ownership,
-            ("GET", frozenset({"publicAccessBlock"})): policy_ops.get_pab,
-            ("PUT", frozenset({"publicAccessBlock"})): policy_ops.put_pab,
-            ("DELETE", frozenset({"publicAccessBlock"})): policy_ops.delete_pab,
-        }
-        if m == "GET" and not subs:
-            return listing.list_objects_v2 if q.get("list-type") == "2" else listing.list_objects
-        h = table.get((m, frozenset(subs)))
-        if h is None:
-            if not subs and m in ("POST",):
-                raise S3Error("MethodNotAllowed", ResourceType="BUCKET", Method=m)
-            raise S3Error("NotImplemented")
-        return h
-    copying = "x-amz-copy-source" in req.headers
-    if m == "PUT" and subs == {"uploadId"} and "partNumber" in q:
-        return multipart.upload_part_copy if copying else multipart.upload_part
-    table = {
-        ("GET", frozenset()): objects.get_object,
-        ("HEAD", frozenset()): objects.head_object,
-        ("DELETE", frozenset()): versioning.delete_object,
-        ("POST", frozenset({"uploads"})): multipart.create_upload,
-        ("POST", frozenset({"uploadId"})): multipart.complete_upload,
-        ("GET", frozenset({"uploadId"})): multipart.list_parts,
-        ("DELETE", frozenset({"uploadId"})): multipart.abort_upload,
-        **OBJECT_CONFIG_ROUTES,
-        # access control (acl15)
-        ("GET", frozenset({"acl"})): acl_ops.get_object_acl,
-        ("PUT", frozenset({"acl"})): acl_ops.put_object_acl,
-    }
-    if m == "PUT" and not subs:
-        return copy.copy_object if copying else objects.put_object
-    h = table.get((m, frozenset(subs)))
-    if h is None:
-        if not subs and m not in ("GET", "HEAD", "PUT", "DELETE"):
-            raise S3Error("MethodNotAllowed", ResourceType="OBJECT", Method=m)
-        raise S3Error("NotImplemented")
-    return h
-
-
 async def authenticate(req: S3Request, target: Target) -> None:
     """Verify the signature (SigV4/V2, header or query) of the resource `target` names (the
     one the request will be served from), with the config's users and the store's (loaded
@@ -435,7 +240,7 @@ def create_app(config_path_or_config: Any) -> Starlette:
         resource = "/"
         req: S3Request | None = None
         try:
-            target = request_target(gw, request)
+            target = request_target(gw.domains, request)
             bucket, key = target.bucket, target.key
             resource = "/" + bucket + ("/" + key if key else "") if bucket else "/"
             req = S3Request(request, gw, rid, bucket, key, parse_query(request))

@@ -51,6 +51,11 @@ from prometheus_client import (
     values,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
+from starlette.requests import Request
+
+from gateway.s3.addressing import parse_query, parse_target
+from gateway.s3.errors import S3Error
+from gateway.server.routes import route
 
 log = logging.getLogger("zonegate.metrics")
 BACKLOG_TIMEOUT = 2.0  # seconds a scrape waits for the repair queue's size
@@ -341,20 +346,16 @@ class ErasureStats(collections.Counter):
 
 def operation_of(scope: Scope) -> str:
     """The S3 operation a request names (ListObjectsV2, PutObject, ...), as the app routes it."""
-    from starlette.requests import Request
-
-    from gateway.s3.errors import S3Error
-    from gateway.server import app as gwapp
     app = scope.get("app")
     gw = getattr(getattr(app, "state", None), "gateway", None)
     if gw is None:
         return UNKNOWN_OPERATION
     try:
         request = Request(scope)
-        bucket, key = gwapp.parse_target(gw, request)
-        req = SimpleNamespace(method=request.method, query=gwapp.parse_query(request),
+        bucket, key = parse_target(gw.domains, request)
+        req = SimpleNamespace(method=request.method, query=parse_query(request),
                               bucket=bucket, key=key, headers=request.headers)
-        handler = gwapp.route(req)  # type: ignore[arg-type]
+        handler = route(req)  # type: ignore[arg-type]
     except S3Error:
         return UNKNOWN_OPERATION
     except Exception:

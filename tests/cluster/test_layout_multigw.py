@@ -7,7 +7,8 @@ without a restart; a node added by the layout (a node process the cluster files 
 gets new fragments; a draining node gets none; a removed node is reported gone and the census
 counts exactly its parts as below full redundancy; a new drive in a used slot is reported by
 /health/cluster until `zonegate layout drive replace` registers it; `zonegate status` says the
-same and exits 2."""
+same and exits 2; `zonegate repair` then brings every part back to k+m fragments on the
+layout's nodes."""
 
 from __future__ import annotations
 
@@ -174,3 +175,9 @@ def test_layout_changes_reach_every_gateway_and_node(mg: SixOfSeven) -> None:
         assert got == data(key), key
     assert Counter(h["layout"]["layout_version"] for h in (health(mg, 0), health(mg, 1))) \
         == Counter({5: 2})
+    # `zonegate repair` works on the layout's nodes (node06 included, node01 not): it
+    # rebuilds what node01 and node04's old drive held, and nothing twice
+    zg(mg, "repair")
+    doc = everywhere(mg, lambda h: (h.get("census") or {}).get("below_full") == 0)
+    held = [a for i in range(7) if i != 1 for a in archives(mg, i)]
+    assert len(held) == len(set(held)) == 6 * doc["census"]["parts"]

@@ -649,11 +649,11 @@ class ErasureCluster:
                 out.append((client.id, rec))
             return out
 
-        results = await asyncio.gather(*(one(c) for c in self.clients.values()),
-                                       return_exceptions=True)
+        clients = list(self.clients.values())  # adopt() may put a new dict in place meanwhile
+        results = await asyncio.gather(*(one(c) for c in clients), return_exceptions=True)
         parts: dict[str, ScannedPart] = {}
         self.unreachable = []
-        for client, res in zip(self.clients.values(), results, strict=True):
+        for client, res in zip(clients, results, strict=True):
             if isinstance(res, BaseException):
                 if not isinstance(res, NodeError):
                     raise res

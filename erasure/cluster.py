@@ -122,6 +122,7 @@ class ErasureCluster:
         self._pushes: dict[str, asyncio.Task] = {}  # node id -> its layout push in flight
         self.census_max_age = CENSUS_MAX_AGE
         self.last_census: Any = None  # erasure.layouthealth.Census, once one ran
+        self.census_observers: list[Callable[[Any], None]] = []  # told each new census
         self._census: asyncio.Task | None = None
         # told the new layout after each adopt (the gateway's metrics, the mover)
         self.layout_observers: list[Callable[[ClusterLayout], None]] = []
@@ -182,12 +183,15 @@ class ErasureCluster:
         log.info("adopted cluster layout v%d (was v%d): %s", layout.version, old.version,
                  layout.note or "no note")
         self.push_layout()
+        self._tell_layout()
+        return True
+
+    def _tell_layout(self) -> None:
         for observe in self.layout_observers:
             try:
-                observe(layout)
+                observe(self.layout)
             except Exception:  # an observer's bug must not stop the switch
                 log.exception("layout observer failed")
-        return True
 
     async def refresh_layout(self) -> bool:
         """Adopt the store's current layout if it is newer; returns whether it switched."""
@@ -280,6 +284,12 @@ class ErasureCluster:
                 raise
             except Exception as e:
                 log.warning("census of the parts failed: %s", e)
+                return
+            for observe in self.census_observers:
+                try:
+                    observe(self.last_census)
+                except Exception:
+                    log.exception("census observer failed")
 
         self._census = asyncio.create_task(run())
 
@@ -296,6 +306,7 @@ class ErasureCluster:
             cur = await load_or_bootstrap(self.layout_store, self.config)
             if cur.version != self.layout.version or cur != self.layout:
                 self._set_layout(cur)
+                self._tell_layout()
         self._sync_clients()
         await self.check_health()
         if self.health_interval > 0:

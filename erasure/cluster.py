@@ -201,14 +201,21 @@ class ErasureCluster:
         return cur is not None and await self.adopt(cur)
 
     async def _layout_loop(self) -> None:
+        failing = False
         while True:
             await asyncio.sleep(self.layout_poll)
             try:
                 await self.refresh_layout()
+                if failing:
+                    log.info("the cluster layout can be read again")
+                failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the store is away: the next look tries again
-                log.warning("could not read the cluster layout: %s", e)
+                if not failing:  # once per outage, not every poll
+                    log.warning("could not read the cluster layout (keeping v%d): %s",
+                                self.layout.version, e)
+                failing = True
 
     def layout_doc(self, node_id: str) -> dict[str, Any] | None:
         """What `PUT /v1/layout` tells a node: the version and its drives' states."""

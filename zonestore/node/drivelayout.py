@@ -7,8 +7,9 @@ sibling drive remembers a different uuid is a *new drive in a used slot* (a repl
 the node says so (`/health/ready` "degraded" with `new_drives`, `/v1/stats` per drive
 `identity` and `replaced`) until the layout registers it (`zonegate layout drive replace`,
 state "replaced"): the old drive's records are gone and must be rebuilt onto it. A node with one
-drive, or whose every drive is new, cannot tell (nothing remembers the slot): its records are
-found missing by reads, scrub and repair as before. Block devices carry no file: no identity.
+drive, or whose every drive is new, cannot tell (nothing on it remembers the slot): the
+gateways can, from the identity they recorded for the slot (erasure/clusterlayoutmix.py).
+Block devices carry no file: no identity.
 
 Drive states: the gateways send `PUT /v1/layout` (signed) with the layout version and this
 node's drives' states whenever the version changes or the node reports an older one

@@ -102,6 +102,9 @@ async def test_add_drain_remove_a_node_by_layout(seven: NodeCluster, tmp_path: P
             frags = await where(c, uid)
             assert sorted(frags) == list(range(6))  # full width again, on known nodes
             assert len({n for ns in frags.values() for n in ns}) == 6
+    # node00 still holds v3 (draining: no new records) in memory, as a removed node does
+    # until it restarts; the next tests start from a fresh layout
+    seven.restart(0)
 
 
 async def test_healer_and_repair_survive_a_node_leaving_the_cluster_file(

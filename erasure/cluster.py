@@ -9,6 +9,12 @@ again (`full_headroom`, default two segments' fragments, or twice what it last r
 not down, and while enough nodes have room writes go to other nodes at full width (handoff).
 Once the nodes' writable room (all drives, from the same poll, less what was sent since) drifts
 apart, new parts are placed weighted by it, so that the nodes run full together.
+
+The cluster's shape is a versioned `ClusterLayout` (erasure/clusterlayout.py): the cluster file
+bootstraps it, a `LayoutStore` (erasure/layoutstore.py) keeps it, and `adopt(layout)` switches
+to a newer version while running: clients for new nodes, none for gone ones, placement of new
+writes over the nodes that take writes (weighted by the layout's weights), each node told its
+drives' states (`PUT /v1/layout`). Parts keep their own scheme and are read as written.
 """
 
 from __future__ import annotations
@@ -24,12 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from erasure import reader, writer
+from erasure.clusterlayout import ClusterLayout
+from erasure.clusterlayoutmix import LayoutMixin
 from erasure.codec import Codec, Scheme
 from erasure.config import ClusterConfig
 from erasure.errors import ErasureError, QuorumError
 from erasure.layout import PartLayout, PartResult, parse_archive_id, parse_archive_meta
+from erasure.layoutstore import LayoutStore, load_or_bootstrap
 from erasure.nodeclient import NodeClient, NodeError, make_session
-from erasure.placement import Placement, room_weights
+from erasure.placement import room_weights
 from erasure.rehome import Handoffs
 from erasure.repairqueue import (
     Deletions,
@@ -47,6 +56,8 @@ HEAL_LEASE = 300.0   # seconds a claimed repair record is this healer's alone
 HEAL_POLL = 30.0     # seconds between looks at the queue when nothing woke the healer
 HEAL_BATCH = 1       # records per claim: each lease starts when its own heal does
 SCRUB_CHECK_INTERVAL = 60.0  # seconds between fetches of the nodes' scrub damage lists
+LAYOUT_POLL = 3.0  # seconds between looks at the layout store for a newer version
+CENSUS_MAX_AGE = 300.0  # seconds a count of the parts below full redundancy is reused
 
 
 @dataclass
@@ -66,17 +77,19 @@ class ScannedPart:
         return PartLayout(self.part_uid, self.length, self.scheme, placement, missing, self.crc32c)
 
 
-class ErasureCluster:
+class ErasureCluster(LayoutMixin):
     def __init__(self, config: ClusterConfig, *, state_dir: str | Path | None = None,
                  health_interval: float = 5.0, auto_repair: bool = True,
                  full_headroom: int | None = None, repair_queue: RepairStore | None = None,
-                 deletions: DeletionStore | None = None) -> None:
+                 deletions: DeletionStore | None = None, layout: ClusterLayout | None = None,
+                 layout_store: LayoutStore | None = None,
+                 layout_poll: float = LAYOUT_POLL) -> None:
         self.config = config
-        self.scheme = config.erasure.scheme
-        self.codec = Codec(self.scheme)
-        self._codecs: dict[Scheme, Codec] = {self.scheme: self.codec}
-        self.placement = Placement(config.slots(), self.scheme.n)
-        self.write_quorum = config.erasure.write_quorum
+        self._codecs: dict[Scheme, Codec] = {}
+        # the shape in use; with a layout_store, start() adopts the store's current version
+        self.layout_store = layout_store
+        self.layout_poll = layout_poll
+        self._set_layout(layout or ClusterLayout.bootstrap(config))
         self.node_timeout = config.erasure.node_timeout
         # shared by every gateway when the caller passes its store's (gateway/store/erasurequeues.py)
         self.repair_queue: RepairStore = repair_queue or RepairQueue(
@@ -106,16 +119,40 @@ class ErasureCluster:
         self._rehomer: asyncio.Task | None = None
         self._healer: asyncio.Task | None = None
         self._wakers: set[asyncio.Task] = set()
+        self._layout_task: asyncio.Task | None = None
+        self._pushes: dict[str, asyncio.Task] = {}  # node id -> its layout push in flight
+        self.census_max_age = CENSUS_MAX_AGE
+        self.last_census: Any = None  # erasure.layouthealth.Census, once one ran
+        self.census_observers: list[Callable[[Any], None]] = []  # told each new census
+        # drive identities recorded per (node, path, generation), and per node the drives
+        # reporting another one (clusterlayoutmix.check_identities)
+        self._identities: dict[tuple[str, str, int], str] = {}
+        self._foreign: dict[str, set[str]] = {}
+        self._census: asyncio.Task | None = None
+        # told the new layout after each adopt (the gateway's metrics, the mover)
+        self.layout_observers: list[Callable[[ClusterLayout], None]] = []
+
+    async def _check_one(self, c: NodeClient) -> bool:
+        if await c.check():
+            await c.poll_room(self.full_headroom)
+            await self.check_identities(c)
+            if c.layout_version is not None and c.layout_version < self.layout.version:
+                self.push_layout([c.id])
+        return c.up
 
     async def start(self) -> None:
         self._session = make_session(trace_configs=self.trace_configs or None)
-        self.clients = {n.id: NodeClient(n, self.config.secret, self._session, self.node_timeout)
-                        for n in self.config.nodes}
-        for c in self.clients.values():
-            c.on_full = self._full_changed
+        if self.layout_store is not None:
+            cur = await load_or_bootstrap(self.layout_store, self.config)
+            if cur.version != self.layout.version or cur != self.layout:
+                self._set_layout(cur)
+                self._tell_layout()
+        self._sync_clients()
         await self.check_health()
         if self.health_interval > 0:
             self._health = asyncio.create_task(self._health_loop())
+        if self.layout_store is not None and self.layout_poll > 0:
+            self._layout_task = asyncio.create_task(self._layout_loop())
         if self.auto_repair:
             self._heal_kick = asyncio.Event()
             self._healer = asyncio.create_task(self._heal_loop())
@@ -125,11 +162,12 @@ class ErasureCluster:
         # unfinished heals stay in the repair queue (a lease held runs out) for the next
         # healer or `zonegate repair`
         tasks = [t for t in (self._health, self._healer, self._purger, self._rehomer,
-                                 *self._wakers) if t]
+                             self._layout_task, self._census, *self._wakers,
+                             *self._pushes.values()) if t]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._health = self._healer = None
+        self._health = self._healer = self._layout_task = None
         self._heal_kick = None
         if self._session:
             await self._session.close()
@@ -146,14 +184,10 @@ class ErasureCluster:
 
     async def check_health(self) -> dict[str, bool]:
         """Ask every node whether it is ready and how much room it has; returns id -> up."""
-        async def one(c: NodeClient) -> bool:
-            if await c.check():
-                await c.poll_room(self.full_headroom)
-            return c.up
-
         was_down = self.down_nodes()
-        ups = await asyncio.gather(*(one(c) for c in self.clients.values()))
-        state = dict(zip(self.clients, ups, strict=True))
+        clients = self.clients  # adopt() may put a new dict in place meanwhile
+        ups = await asyncio.gather(*(self._check_one(c) for c in clients.values()))
+        state = dict(zip(clients, ups, strict=True))
         if any(state[n] for n in was_down if n in state):
             # A node came back: fragments that waited for it (or for a node to hand off to)
             # can be rebuilt now, without waiting for `zonegate repair`.
@@ -341,6 +375,10 @@ class ErasureCluster:
         down = {nid for nid, c in self.clients.items() if not c.writable}
         nodes: list[str | None] | None = None
         weights = self.room_weights(down)
+        shares = self.layout.weights()
+        if any(w != 1.0 for w in shares.values()):
+            # the operator's weights (a bigger node, a node being filled) times the rooms'
+            weights = {nid: w * (weights or {}).get(nid, 1.0) for nid, w in shares.items()}
         if weights is not None:
             try:
                 nodes = list(self.placement.place_weighted(part_uid, weights, down))
@@ -364,7 +402,8 @@ class ErasureCluster:
     def room_weights(self, down: set[str]) -> dict[str, float] | None:
         """Placement weights of the writable nodes by their room (placement.room_weights);
         None while some node's room is unknown."""
-        rooms = {nid: c.room_bytes for nid, c in self.clients.items() if nid not in down}
+        rooms = {nid: c.room_bytes for nid, c in self.clients.items()
+                 if nid not in down and nid in self.placement.domain_of}
         if any(r is None for r in rooms.values()):
             return None
         return room_weights(rooms)  # type: ignore[arg-type]
@@ -461,11 +500,11 @@ class ErasureCluster:
                 out.append((client.id, rec))
             return out
 
-        results = await asyncio.gather(*(one(c) for c in self.clients.values()),
-                                       return_exceptions=True)
+        clients = list(self.clients.values())  # adopt() may put a new dict in place meanwhile
+        results = await asyncio.gather(*(one(c) for c in clients), return_exceptions=True)
         parts: dict[str, ScannedPart] = {}
         self.unreachable = []
-        for client, res in zip(self.clients.values(), results, strict=True):
+        for client, res in zip(clients, results, strict=True):
             if isinstance(res, BaseException):
                 if not isinstance(res, NodeError):
                     raise res

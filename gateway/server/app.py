@@ -414,9 +414,18 @@ def create_app(config_path_or_config: Any) -> Starlette:
             target = request_target(gw, request)
             bucket, key = target.bucket, target.key
             resource = "/" + bucket + ("/" + key if key else "") if bucket else "/"
-            req = S3Request(request, gw, rid, bucket, key, parse_query(request))
+            bad_query: S3Error | None = None
+            try:
+                query = parse_query(request)
+            except S3Error as e:
+                query, bad_query = {}, e
+            req = S3Request(request, gw, rid, bucket, key, query)
             if request.method != "OPTIONS":  # a CORS preflight is never signed
+                # Before the query's own check: a query-signed request whose credentials
+                # are not UTF-8 is InvalidAccessKeyId, as in the Authorization header.
                 await authenticate(req, target)
+            if bad_query is not None:
+                raise bad_query
             handler = route(req)
             req.extra["action"] = action_for(req, handler)
             resp = await handler(req)

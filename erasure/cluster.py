@@ -28,6 +28,7 @@ from erasure.codec import Codec, Scheme
 from erasure.config import ClusterConfig
 from erasure.errors import ErasureError, QuorumError
 from erasure.layout import PartLayout, PartResult, parse_archive_id, parse_archive_meta
+from erasure.leases import LeaseStore, LocalLeases, new_holder, part_lease
 from erasure.nodeclient import NodeClient, NodeError, make_session
 from erasure.placement import Placement, room_weights
 from erasure.rehome import Handoffs
@@ -70,8 +71,12 @@ class ErasureCluster:
     def __init__(self, config: ClusterConfig, *, state_dir: str | Path | None = None,
                  health_interval: float = 5.0, auto_repair: bool = True,
                  full_headroom: int | None = None, repair_queue: RepairStore | None = None,
-                 deletions: DeletionStore | None = None) -> None:
+                 deletions: DeletionStore | None = None,
+                 leases: LeaseStore | None = None) -> None:
         self.config = config
+        # one worker at a time rehomes or heals a part (erasure/leases.py)
+        self.leases: LeaseStore = leases or LocalLeases()
+        self.lease_holder = new_holder()
         self.scheme = config.erasure.scheme
         self.codec = Codec(self.scheme)
         self._codecs: dict[Scheme, Codec] = {self.scheme: self.codec}
@@ -301,7 +306,13 @@ class ErasureCluster:
             if await self.deletions.known(uid):
                 await self.repair_queue.done(uid)  # deleted meanwhile: nothing to heal
                 return
-            written = await heal(self, rec.layout, rec.indexes)
+            # the claim's length: a dead holder's part is free when its claim is
+            async with part_lease(self.leases, self.lease_holder, uid, self.repair_lease,
+                                  wait=self.repair_lease / 2) as mine:
+                if not mine:  # still being moved home by another worker: after it
+                    await self.repair_queue.retry(uid, HEAL_BACKOFF)
+                    return
+                written = await heal(self, rec.layout, rec.indexes)
         except asyncio.CancelledError:
             raise
         except Exception as e:

@@ -48,8 +48,8 @@ from gateway.metadata.partscache import PartsCache
 from gateway.metadata.pg_extra import PgExtras
 from gateway.metadata.pg_versions import PgVersions
 from gateway.metadata.pgrows import OBJ_COLS, Again, js, obj_row
+from gateway.metadata.queues_pg import LEASES_MIGRATION, PostgresQueues
 from gateway.metadata.queues_pg import MIGRATION as QUEUES_MIGRATION
-from gateway.metadata.queues_pg import PostgresQueues
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -130,6 +130,8 @@ MIGRATIONS: list[str] = [
     QUEUES_MIGRATION,
     # the archive recording tags/ACL set after a version's write (gateway/store/tagarchives.py)
     "ALTER TABLE versions ADD COLUMN meta_part TEXT",
+    # work leases shared by every gateway worker: rehoming and healing a part once
+    LEASES_MIGRATION,
 ]
 
 # What a lost, restarting or overloaded database raises: the request gets 503 SlowDown.

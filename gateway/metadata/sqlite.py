@@ -35,8 +35,8 @@ from gateway.metadata.keys import (
     prefix_end,
     rollup_uploads,
 )
+from gateway.metadata.queues_sqlite import LEASES_MIGRATION, SqliteQueues
 from gateway.metadata.queues_sqlite import MIGRATION as QUEUES_MIGRATION
-from gateway.metadata.queues_sqlite import SqliteQueues
 from gateway.metadata.sqlite_extra import SqliteExtras
 from gateway.metadata.sqlite_versions import OBJ_COLS, SqliteVersions
 from gateway.metadata.store import (
@@ -115,6 +115,8 @@ MIGRATIONS: list[str] = [
     QUEUES_MIGRATION,
     # the archive recording tags/ACL set after a version's write (gateway/store/tagarchives.py)
     "ALTER TABLE versions ADD COLUMN meta_part TEXT",
+    # work leases shared by every gateway worker: rehoming and healing a part once
+    LEASES_MIGRATION,
 ]
 
 

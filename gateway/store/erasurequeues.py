@@ -137,5 +137,7 @@ async def import_state_dir(store: MetadataStore, state_dir: str | Path) -> tuple
 
 
 def shared_queues(store: MetadataStore) -> dict[str, Any]:
-    """ErasureCluster keyword arguments: the queues on `store`."""
-    return {"repair_queue": StoreRepairQueue(store), "deletions": StoreDeletions(store)}
+    """ErasureCluster keyword arguments: the queues on `store`, and its work leases (the
+    store has erasure.leases.LeaseStore's methods itself)."""
+    return {"repair_queue": StoreRepairQueue(store), "deletions": StoreDeletions(store),
+            "leases": store}

@@ -94,6 +94,8 @@ class ErasureCluster:
                               if full_headroom is None else full_headroom)
         # told the sorted ids of the full nodes whenever that set changes (gateway metrics)
         self.full_observers: list[Callable[[list[str]], None]] = []
+        # told the ids of nodes that came back (the gateway finishes deletions waiting on them)
+        self.return_observers: list[Callable[[list[str]], None]] = []
         self.stats: Counter[str] = Counter()
         # aiohttp TraceConfigs for the node session (the gateway's node-call metrics)
         self.trace_configs: list[Any] = []
@@ -159,10 +161,16 @@ class ErasureCluster:
         was_down = self.down_nodes()
         ups = await asyncio.gather(*(one(c) for c in self.clients.values()))
         state = dict(zip(self.clients, ups, strict=True))
-        if any(state[n] for n in was_down if n in state):
+        back = [n for n in was_down if state.get(n)]
+        if back:
             # A node came back: fragments that waited for it (or for a node to hand off to)
             # can be rebuilt now, without waiting for `zonegate repair`.
             self.drain_repair_queue()
+            for observe in self.return_observers:
+                try:
+                    observe(back)
+                except Exception:  # an observer's bug must not break the health check
+                    log.exception("node-return observer failed")
         return state
 
     def drain_repair_queue(self) -> None:

@@ -547,6 +547,11 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, MetadataStore):
     async def orphan_count(self) -> int:
         return await self._read(lambda c: c.fetchval("SELECT COUNT(*) FROM orphans"))
 
+    async def wake_orphans(self) -> int:
+        got = await self._tx(lambda c: c.execute(
+            "UPDATE orphans SET due=0 WHERE due > 0 AND layout LIKE '%\"purge_nodes\"%'"))
+        return int(got.rsplit(" ", 1)[-1]) if got and got[-1].isdigit() else 0
+
     async def part_owners(self) -> dict[str, str]:
         from gateway.store.bucketmarkers import marker_uid
 

@@ -541,6 +541,14 @@ class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, MetadataStore):
     async def next_due(self) -> float | None:
         return self._next_due()
 
+    def _wake_orphans(self) -> int:
+        with self._tx() as c:
+            return c.execute("UPDATE orphans SET due=0 WHERE due > 0 AND "
+                             "layout LIKE '%\"purge_nodes\"%'").rowcount
+
+    async def wake_orphans(self) -> int:
+        return await self._w(self._wake_orphans)
+
     async def orphan_count(self) -> int:
         return self._orphan_count()
 

@@ -447,6 +447,11 @@ class MetadataStore(QueueStore, abc.ABC):
         """When the earliest queued orphan becomes due (epoch seconds), None if none."""
 
     @abc.abstractmethod
+    async def wake_orphans(self) -> int:
+        """Make due now every entry waiting for nodes that were down (a `purge_nodes`
+        layout), leased or not: a node came back. Returns how many."""
+
+    @abc.abstractmethod
     async def orphan_count(self) -> int: ...
 
     # users

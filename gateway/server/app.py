@@ -113,6 +113,7 @@ class Gateway:
     async def start(self) -> None:
         await self.store.start()
         await self._import_state_dir()
+        self.storage.wake = self.kick_sweeper  # a node's return finishes deletions at once
         await self.storage.start()
         self._sweeper = asyncio.create_task(self._sweep_loop())
         self.lifecycle.start()

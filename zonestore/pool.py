@@ -169,26 +169,26 @@ class DrivePool:
                     self._stream_drive.pop(stream, None)
                     if not isinstance(body, bytes | bytearray | memoryview):
                         raise HostFull(f"drive {i}: {self.host.full[i][0]}") from e
+                    j = self.pick(stream, length)  # HostFull when no other drive can
                     self._inflight[i] -= 1
-                    try:
-                        i = self.pick(stream, length)
-                    finally:
-                        self._inflight[i] += 1
+                    i = j
+                    self._inflight[i] += 1
                     info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
                                                   length=length)
-                    return await self._placed(i, record_id, info)
-                if not isinstance(e, OSError) or not is_drive_failure(e):
+                elif not isinstance(e, OSError) or not is_drive_failure(e):
                     raise
-                self.fail(i, e)
-                self._stream_drive.pop(stream, None)
-                if not isinstance(body, bytes | bytearray | memoryview) or not self.working():
-                    raise DriveFailed(f"drive {i} failed during the put: {e}",
-                                      self.writable_bytes()) from e
-                self._inflight[i] -= 1
-                i = self.pick(stream, length)
-                self._inflight[i] += 1
-                info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
-                                              length=length)
+                else:
+                    self.fail(i, e)
+                    self._stream_drive.pop(stream, None)
+                    if not isinstance(body, bytes | bytearray | memoryview) or \
+                            not self.working():
+                        raise DriveFailed(f"drive {i} failed during the put: {e}",
+                                          self.writable_bytes()) from e
+                    self._inflight[i] -= 1
+                    i = self.pick(stream, length)
+                    self._inflight[i] += 1
+                    info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
+                                                  length=length)
         finally:
             self._inflight[i] -= 1
         return await self._placed(i, record_id, info)

@@ -41,6 +41,11 @@ _SUPERVISOR_SIGNALS = [getattr(signal, f"SIG{x}") for x in
 def _forked_started(config: Any, target: Callable[..., None], sockets: list[socket]) -> None:
     for sig in _SUPERVISOR_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
+    # prometheus_client picks its value class when imported, which in the master was before
+    # PROMETHEUS_MULTIPROC_DIR was set: a spawned worker imported it again, a forked one picks
+    # again (its metrics are made later, on first use), so /metrics still sums every worker.
+    from prometheus_client import values
+    values.ValueClass = values.get_value_class()
     config.configure_logging()
     try:
         target(sockets=sockets)

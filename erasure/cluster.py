@@ -37,6 +37,7 @@ from erasure.config import ClusterConfig
 from erasure.errors import ErasureError, QuorumError
 from erasure.layout import PartLayout, PartResult, parse_archive_id, parse_archive_meta
 from erasure.layoutstore import LayoutStore, load_or_bootstrap
+from erasure.leases import LeaseStore, LocalLeases, new_holder, part_lease
 from erasure.nodeclient import NodeClient, NodeError, make_session
 from erasure.placement import room_weights
 from erasure.rehome import Handoffs
@@ -83,8 +84,12 @@ class ErasureCluster(LayoutMixin):
                  full_headroom: int | None = None, repair_queue: RepairStore | None = None,
                  deletions: DeletionStore | None = None, layout: ClusterLayout | None = None,
                  layout_store: LayoutStore | None = None,
-                 layout_poll: float = LAYOUT_POLL) -> None:
+                 layout_poll: float = LAYOUT_POLL,
+                 leases: LeaseStore | None = None) -> None:
         self.config = config
+        # one worker at a time rehomes or heals a part (erasure/leases.py)
+        self.leases: LeaseStore = leases or LocalLeases()
+        self.lease_holder = new_holder()
         self._codecs: dict[Scheme, Codec] = {}
         # the shape in use; with a layout_store, start() adopts the store's current version
         self.layout_store = layout_store
@@ -102,6 +107,8 @@ class ErasureCluster(LayoutMixin):
                               if full_headroom is None else full_headroom)
         # told the sorted ids of the full nodes whenever that set changes (gateway metrics)
         self.full_observers: list[Callable[[list[str]], None]] = []
+        # told the ids of nodes that came back (the gateway finishes deletions waiting on them)
+        self.return_observers: list[Callable[[list[str]], None]] = []
         self.stats: Counter[str] = Counter()
         # aiohttp TraceConfigs for the node session (the gateway's node-call metrics)
         self.trace_configs: list[Any] = []
@@ -188,10 +195,16 @@ class ErasureCluster(LayoutMixin):
         clients = self.clients  # adopt() may put a new dict in place meanwhile
         ups = await asyncio.gather(*(self._check_one(c) for c in clients.values()))
         state = dict(zip(clients, ups, strict=True))
-        if any(state[n] for n in was_down if n in state):
+        back = [n for n in was_down if state.get(n)]
+        if back:
             # A node came back: fragments that waited for it (or for a node to hand off to)
             # can be rebuilt now, without waiting for `zonegate repair`.
             self.drain_repair_queue()
+            for observe in self.return_observers:
+                try:
+                    observe(back)
+                except Exception:  # an observer's bug must not break the health check
+                    log.exception("node-return observer failed")
         return state
 
     def drain_repair_queue(self) -> None:
@@ -335,7 +348,13 @@ class ErasureCluster(LayoutMixin):
             if await self.deletions.known(uid):
                 await self.repair_queue.done(uid)  # deleted meanwhile: nothing to heal
                 return
-            written = await heal(self, rec.layout, rec.indexes)
+            # the claim's length: a dead holder's part is free when its claim is
+            async with part_lease(self.leases, self.lease_holder, uid, self.repair_lease,
+                                  wait=self.repair_lease / 2) as mine:
+                if not mine:  # still being moved home by another worker: after it
+                    await self.repair_queue.retry(uid, HEAL_BACKOFF)
+                    return
+                written = await heal(self, rec.layout, rec.indexes)
         except asyncio.CancelledError:
             raise
         except Exception as e:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from erasure.layout import archive_id
+from erasure.leases import part_lease
 from erasure.nodeclient import NodeError
 
 if TYPE_CHECKING:
@@ -124,7 +125,14 @@ async def move_one(cluster: ErasureCluster, part_uid: str, index: int, src: str,
 async def rehome_part(cluster: ErasureCluster, part_uid: str) -> int:
     """Move the part's off-home fragments home as far as possible now; returns how many may
     stay off home (0: done, or the part is gone; a node that cannot be listed counts as one,
-    it may hold a fragment away from home)."""
+    it may hold a fragment away from home). A part another worker holds the lease of
+    (moving or healing it: erasure/leases.py) is left to it (1)."""
+    async with part_lease(cluster.leases, cluster.lease_holder, part_uid,
+                          cluster.repair_lease) as mine:
+        return await _rehome_part(cluster, part_uid) if mine else 1
+
+
+async def _rehome_part(cluster: ErasureCluster, part_uid: str) -> int:
     for _ in range(cluster.scheme.n + 1):  # a move may free another fragment's home
         found = [p for p in await cluster.scan(part_uid + ".") if p.part_uid == part_uid]
         if not found or await cluster.deletions.known(part_uid):

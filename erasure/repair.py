@@ -410,8 +410,10 @@ async def _rebuild_all(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
 
 
 async def heal(cluster: ErasureCluster, layout: PartLayout, indexes: list[int]) -> dict[int, str]:
-    """Rebuild some fragments of a part known from its layout (no scan): what the cluster's
-    background healer runs right after a degraded write or read."""
+    """Rebuild some fragments of a part: what the cluster's background healer runs after a
+    degraded write or read. The part is looked up on the nodes first (its fragments may have
+    moved home since `layout` was stored: issue 24 D5); a fragment found there now is not
+    rebuilt. Without an answer from the nodes, `layout` is trusted."""
     # A fragment on a node the layout no longer has (gone, or left the cluster file) is lost
     # as well: rebuilt too, never asked for (issue 25: `KeyError: 'node05'`).
     gone = [i for i, n in layout.placement.items() if n not in cluster.clients]
@@ -419,7 +421,16 @@ async def heal(cluster: ErasureCluster, layout: PartLayout, indexes: list[int]) 
     skip = set(indexes) | set(layout.missing)
     part = ScannedPart(layout.part_uid, layout.length, layout.scheme, layout.crc32c, {},
                        {i: [n] for i, n in layout.placement.items() if i not in skip})
-    d = Damage(part, indexes, {i: "heal" for i in indexes}, layout)
+    now = [p for p in await cluster.scan(layout.part_uid + ".") if p.part_uid == layout.part_uid]
+    if now:
+        part = now[0]
+        present = [i for i in indexes if i in part.fragments]
+        indexes = [i for i in indexes if i not in part.fragments]
+        if not indexes:
+            await cluster.repair_queue.resolve(layout.part_uid, present)
+            return {}
+        layout = part.layout()
+    d = Damage(part, sorted(set(indexes)), {i: "heal" for i in indexes}, layout)
     written = await _rebuild_all(cluster, d)
     await cluster.repair_queue.resolve(layout.part_uid, list(written))
     return written

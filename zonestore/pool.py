@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import sqlite3
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import fields
 
 from zonestore.drivefail import DriveFailed, UnreadableRecord, is_drive_failure
 from zonestore.errors import NoSpace, RecordNotFound
+from zonestore.hostspace import HostFull, HostSpace, is_out_of_space
 from zonestore.ids import validate_record_id
 from zonestore.zonelog import LogStats, RecordInfo, ZoneLog
 
@@ -42,6 +44,8 @@ class DrivePool:
         self.failed: dict[int, str] = {}  # drive index -> the error that failed it
         # drives the cluster layout drains (or calls failed): no new records, reads go on
         self.no_new: set[int] = set()
+        # drives whose filesystem ran out of space: full, not failed (zonestore/hostspace.py)
+        self.host = HostSpace([getattr(lg.device, "root", None) for lg in self.logs])
 
     def fail(self, i: int, exc: BaseException) -> None:
         """Drive i gave a device error: no more puts, reads or listings from it (see
@@ -54,8 +58,23 @@ class DrivePool:
     def working(self) -> list[int]:
         return [i for i in range(len(self.logs)) if i not in self.failed]
 
+    def writable(self, i: int) -> int:
+        """Bytes drive i can take without reclaim: its zones' writable figure, none while its
+        filesystem is out of space, at most what that filesystem has free."""
+        if i in self.failed:
+            return 0
+        return self.host.writable(i, self.logs[i].free_bytes())
+
+    def writable_drives(self) -> list[int]:
+        """The working drives that take puts (their filesystem not out of space)."""
+        return [i for i in self.working() if not self.host.is_full(i)]
+
     def writable_bytes(self) -> int:
-        return sum(self.logs[i].free_bytes() for i in self.working())
+        return sum(self.writable(i) for i in self.working())
+
+    def host_full(self) -> dict[int, str]:
+        """Drive -> why it takes no puts for lack of space on its filesystem."""
+        return self.host.reasons(self.working())
 
     # ------------------------------------------------------------------ placement
 
@@ -85,27 +104,30 @@ class DrivePool:
     def pick(self, stream: str, length: int | None = None) -> int:
         need = max(self.headroom if length is None else length, 1)
         rooms = self.rooms()
-        live = [j for j in self.working() if j not in self.no_new]
+        if not self.working():
+            raise DriveFailed("every drive of this node has failed")
+        live = [j for j in self.writable_drives() if j not in self.no_new]
         if not live:
-            if self.working():
+            if all(j in self.no_new for j in self.working()):
                 err = NoSpace("every drive of this node is draining")
                 err.writable_bytes = 0  # type: ignore[attr-defined]
                 raise err
-            raise DriveFailed("every drive of this node has failed")
+            raise HostFull("; ".join(f"drive {j}: {why}" for j, why in self.host_full().items()))
         even = BALANCE * max(rooms[j] for j in live)  # a failed drive's room is no measure
         i = self._stream_drive.get(stream)
-        if i is not None and i in live and self.logs[i].free_bytes() >= need \
-                and rooms[i] >= even:
+        if i is not None and i in live and self.writable(i) >= need and rooms[i] >= even:
             return i
-        frees = [self.logs[j].free_bytes() if j in live else -1 for j in range(len(self.logs))]
+        frees = [self.writable(j) if j in live else -1 for j in range(len(self.logs))]
         # A roomy drive short of writable space is worth its reclaim (the put waits for it):
         # cheaper than filling a fuller drive, whose reclaim copies more.
+        host_ok = [j in live and (self.host.cap(j) is None or self.host.cap(j) >= need)
+                   for j in range(len(self.logs))]  # reclaim gives the filesystem nothing
         ok = [j for j, f in enumerate(frees) if f >= need or (
-            j in live and rooms[j] >= even and self.logs[j].obtainable_bytes() >= need)]
+            host_ok[j] and rooms[j] >= even and self.logs[j].obtainable_bytes() >= need)]
         if not ok:
             # No drive can take it as it is: one whose reclaim can make room (the put waits
             # for it), else any with some room left.
-            obtainable = [self.logs[j].obtainable_bytes() if j in live else -1
+            obtainable = [self.logs[j].obtainable_bytes() if host_ok[j] else -1
                           for j in range(len(self.logs))]
             ok = [j for j, f in enumerate(obtainable) if f >= need] or [
                 j for j, f in enumerate(frees) if f > 0]
@@ -146,21 +168,39 @@ class DrivePool:
                 self._inflight[i] += 1
                 info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
                                               length=length)
-            except OSError as e:  # after NoSpace, an OSError too
-                if not is_drive_failure(e):
+            except (OSError, sqlite3.Error) as e:  # after NoSpace, an OSError too
+                if is_out_of_space(e):
+                    # The filesystem under the drive is full: a full drive, not a failed one.
+                    self.host.mark(i, e)
+                    self._stream_drive.pop(stream, None)
+                    if not isinstance(body, bytes | bytearray | memoryview):
+                        raise HostFull(f"drive {i}: {self.host.full[i][0]}") from e
+                    j = self.pick(stream, length)  # HostFull when no other drive can
+                    self._inflight[i] -= 1
+                    i = j
+                    self._inflight[i] += 1
+                    info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
+                                                  length=length)
+                elif not isinstance(e, OSError) or not is_drive_failure(e):
                     raise
-                self.fail(i, e)
-                self._stream_drive.pop(stream, None)
-                if not isinstance(body, bytes | bytearray | memoryview) or not self.working():
-                    raise DriveFailed(f"drive {i} failed during the put: {e}",
-                                      self.writable_bytes()) from e
-                self._inflight[i] -= 1
-                i = self.pick(stream, length)
-                self._inflight[i] += 1
-                info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
-                                              length=length)
+                else:
+                    self.fail(i, e)
+                    self._stream_drive.pop(stream, None)
+                    if not isinstance(body, bytes | bytearray | memoryview) or \
+                            not self.working():
+                        raise DriveFailed(f"drive {i} failed during the put: {e}",
+                                          self.writable_bytes()) from e
+                    self._inflight[i] -= 1
+                    i = self.pick(stream, length)
+                    self._inflight[i] += 1
+                    info = await self.logs[i].put(record_id, body, stream=stream, meta=meta,
+                                                  length=length)
         finally:
             self._inflight[i] -= 1
+        return await self._placed(i, record_id, info)
+
+    async def _placed(self, i: int, record_id: str, info: RecordInfo) -> RecordInfo:
+        """A put landed on drive i: count its room, drop older copies on other drives."""
         self._room_moved(i, -info.length)
         for j in self.working():
             if j != i and self.logs[j].has(record_id):

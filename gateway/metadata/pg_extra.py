@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 
 from gateway.metadata.sqlite_extra import check_kind
-from gateway.metadata.store import LifecycleClaim, UserRecord
+from gateway.metadata.store import LifecycleClaim, UserRecord, storable_key
 
 _USER_COLS = "access_key, secret, canonical_id, display_name, created"
 
@@ -60,6 +60,8 @@ class PgExtras:
             rec.canonical_id, rec.display_name, rec.created))).endswith(" 1")
 
     async def get_user(self, access_key: str) -> UserRecord | None:
+        if not storable_key(access_key):
+            return None
         row = await self._read(lambda c: c.fetchrow(
             f"SELECT {_USER_COLS} FROM users WHERE access_key=$1", access_key))
         return UserRecord(*row) if row else None

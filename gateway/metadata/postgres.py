@@ -51,8 +51,8 @@ from gateway.metadata.partscache import PartsCache
 from gateway.metadata.pg_extra import PgExtras
 from gateway.metadata.pg_versions import PgVersions
 from gateway.metadata.pgrows import OBJ_COLS, Again, js, obj_row
+from gateway.metadata.queues_pg import LEASES_MIGRATION, PostgresQueues
 from gateway.metadata.queues_pg import MIGRATION as QUEUES_MIGRATION
-from gateway.metadata.queues_pg import PostgresQueues
 from gateway.metadata.store import (
     BucketNotEmptyError,
     BucketRecord,
@@ -135,6 +135,8 @@ MIGRATIONS: list[str] = [
     "ALTER TABLE versions ADD COLUMN meta_part TEXT",
     # the versioned cluster layout and its staged changes (issue 25)
     LAYOUTS_MIGRATION,
+    # work leases shared by every gateway worker: rehoming and healing a part once
+    LEASES_MIGRATION,
 ]
 
 # What a lost, restarting or overloaded database raises: the request gets 503 SlowDown.
@@ -549,6 +551,11 @@ class PostgresStore(PgVersions, PgExtras, PostgresQueues, PostgresLayouts, Metad
 
     async def orphan_count(self) -> int:
         return await self._read(lambda c: c.fetchval("SELECT COUNT(*) FROM orphans"))
+
+    async def wake_orphans(self) -> int:
+        got = await self._tx(lambda c: c.execute(
+            "UPDATE orphans SET due=0 WHERE due > 0 AND layout LIKE '%\"purge_nodes\"%'"))
+        return int(got.rsplit(" ", 1)[-1]) if got and got[-1].isdigit() else 0
 
     async def part_owners(self) -> dict[str, str]:
 

@@ -94,3 +94,13 @@ class QueueStore(abc.ABC):
     @abc.abstractmethod
     async def deletion_prune(self, before: float) -> int:
         """Drop finished deletions that ended before `before`; returns how many."""
+
+    # work leases: one holder at a time for a named piece of shared work (issue 24 D5)
+    @abc.abstractmethod
+    async def lease_take(self, name: str, holder: str, seconds: float) -> bool:
+        """Take (or extend, for the same holder) the lease `name` for `seconds`: False when
+        another holder has it unexpired. A holder's crash frees it when it runs out."""
+
+    @abc.abstractmethod
+    async def lease_release(self, name: str, holder: str) -> None:
+        """Give the lease back (nothing happens unless `holder` has it)."""

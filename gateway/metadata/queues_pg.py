@@ -26,6 +26,11 @@ CREATE TABLE deletions (part_uid TEXT COLLATE "C" PRIMARY KEY, done BOOLEAN NOT 
                         since DOUBLE PRECISION NOT NULL);
 CREATE INDEX deletions_done ON deletions (done, since);
 """
+# work leases (rehoming a part, healing it): one gateway worker at a time (issue 24 D5)
+LEASES_MIGRATION = """
+CREATE TABLE leases (name TEXT COLLATE "C" PRIMARY KEY, holder TEXT NOT NULL,
+                     until DOUBLE PRECISION NOT NULL);
+"""
 
 _COLS = "part_uid, layout, indexes, reason, since, attempts"
 
@@ -148,3 +153,16 @@ class PostgresQueues(QueueStore):
 
     async def deletion_prune(self, before: float) -> int:
         return await self._exec("DELETE FROM deletions WHERE done AND since < $1", before)
+
+    # -- work leases ----------------------------------------------------------------------
+    async def lease_take(self, name: str, holder: str, seconds: float) -> bool:
+        now = time.time()
+        done = await self._exec(
+            "INSERT INTO leases VALUES ($1, $2, $3) ON CONFLICT (name) DO UPDATE SET "
+            "holder=excluded.holder, until=excluded.until "
+            "WHERE leases.until <= $4 OR leases.holder = excluded.holder",
+            name, holder, now + seconds, now)
+        return done > 0
+
+    async def lease_release(self, name: str, holder: str) -> None:
+        await self._exec("DELETE FROM leases WHERE name=$1 AND holder=$2", name, holder)

@@ -20,6 +20,10 @@ CREATE INDEX repairs_due ON repairs (due);
 CREATE TABLE deletions (part_uid TEXT PRIMARY KEY, done INTEGER NOT NULL, since REAL NOT NULL);
 CREATE INDEX deletions_done ON deletions (done, since);
 """
+# work leases (rehoming a part, healing it): one gateway worker at a time (issue 24 D5)
+LEASES_MIGRATION = """
+CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, until REAL NOT NULL);
+"""
 
 _COLS = "part_uid, layout, indexes, reason, since, attempts"
 
@@ -151,5 +155,22 @@ class SqliteQueues(QueueStore):
         return await self._w(self._exec, "DELETE FROM deletions WHERE done=1 AND since < ?",
                              (before,))
 
+    # -- work leases ----------------------------------------------------------------------
+    def _lease_take(self, name: str, holder: str, seconds: float) -> bool:
+        now = time.time()
+        with self._tx() as c:
+            return c.execute(
+                "INSERT INTO leases VALUES (?,?,?) ON CONFLICT (name) DO UPDATE SET "
+                "holder=excluded.holder, until=excluded.until "
+                "WHERE leases.until <= ? OR leases.holder = excluded.holder",
+                (name, holder, now + seconds, now)).rowcount > 0
 
-__all__ = ["MIGRATION", "SqliteQueues"]
+    async def lease_take(self, name: str, holder: str, seconds: float) -> bool:
+        return await self._w(self._lease_take, name, holder, seconds)
+
+    async def lease_release(self, name: str, holder: str) -> None:
+        await self._w(self._exec, "DELETE FROM leases WHERE name=? AND holder=?",
+                      (name, holder))
+
+
+__all__ = ["LEASES_MIGRATION", "MIGRATION", "SqliteQueues"]

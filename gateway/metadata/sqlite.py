@@ -38,8 +38,8 @@ from gateway.metadata.keys import (
 )
 from gateway.metadata.layouts_sqlite import MIGRATION as LAYOUTS_MIGRATION
 from gateway.metadata.layouts_sqlite import SqliteLayouts
+from gateway.metadata.queues_sqlite import LEASES_MIGRATION, SqliteQueues
 from gateway.metadata.queues_sqlite import MIGRATION as QUEUES_MIGRATION
-from gateway.metadata.queues_sqlite import SqliteQueues
 from gateway.metadata.sqlite_extra import SqliteExtras
 from gateway.metadata.sqlite_versions import OBJ_COLS, SqliteVersions
 from gateway.metadata.store import (
@@ -120,6 +120,8 @@ MIGRATIONS: list[str] = [
     "ALTER TABLE versions ADD COLUMN meta_part TEXT",
     # the versioned cluster layout and its staged changes (issue 25)
     LAYOUTS_MIGRATION,
+    # work leases shared by every gateway worker: rehoming and healing a part once
+    LEASES_MIGRATION,
 ]
 
 
@@ -543,6 +545,14 @@ class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, SqliteLayouts, Met
 
     async def next_due(self) -> float | None:
         return self._next_due()
+
+    def _wake_orphans(self) -> int:
+        with self._tx() as c:
+            return c.execute("UPDATE orphans SET due=0 WHERE due > 0 AND "
+                             "layout LIKE '%\"purge_nodes\"%'").rowcount
+
+    async def wake_orphans(self) -> int:
+        return await self._w(self._wake_orphans)
 
     async def orphan_count(self) -> int:
         return self._orphan_count()

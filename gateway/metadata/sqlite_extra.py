@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from gateway.metadata.store import CONFIG_KINDS, LifecycleClaim, UserRecord
+from gateway.metadata.store import CONFIG_KINDS, LifecycleClaim, UserRecord, storable_key
 
 _USER_COLS = "access_key, secret, canonical_id, display_name, created"
 
@@ -66,6 +66,8 @@ class SqliteExtras:
         return await self._w(self._add_user, rec)
 
     async def get_user(self, access_key: str) -> UserRecord | None:
+        if not storable_key(access_key):
+            return None
         row = self._conn().execute(f"SELECT {_USER_COLS} FROM users WHERE access_key=?",
                                    (access_key,)).fetchone()
         return UserRecord(*row) if row else None

@@ -209,6 +209,18 @@ class StoreUnavailableError(S3Error):
         return self.detail
 
 
+def storable_key(text: str) -> bool:
+    """Whether `text` can be stored as a key in both backends: UTF-8 encodable (a client's
+    invalid bytes arrive as surrogate escapes) and without NUL (PostgreSQL's text has none)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class MetadataStore(QueueStore, LayoutTables, abc.ABC):
     """What the S3 operations need from metadata. Old layouts freed by a call are queued in the
     orphan queue inside the same transaction, so a crash never loses track of them.
@@ -469,6 +481,11 @@ class MetadataStore(QueueStore, LayoutTables, abc.ABC):
         """When the earliest queued orphan becomes due (epoch seconds), None if none."""
 
     @abc.abstractmethod
+    async def wake_orphans(self) -> int:
+        """Make due now every entry waiting for nodes that were down (a `purge_nodes`
+        layout), leased or not: a node came back. Returns how many."""
+
+    @abc.abstractmethod
     async def orphan_count(self) -> int: ...
 
     # users
@@ -477,7 +494,9 @@ class MetadataStore(QueueStore, LayoutTables, abc.ABC):
         """False (nothing changes) if the access key is taken."""
 
     @abc.abstractmethod
-    async def get_user(self, access_key: str) -> UserRecord | None: ...
+    async def get_user(self, access_key: str) -> UserRecord | None:
+        """None too for a key no user can have (see `storable_key`): a client's bytes that
+        are not UTF-8 or hold a NUL are an unknown key, never a database error."""
 
     @abc.abstractmethod
     async def list_users(self) -> list[UserRecord]:

@@ -11,7 +11,12 @@ the status and a default message come from `ERRORS`.
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape
+import re
+from xml.sax.saxutils import escape as _xml_escape
+
+# What XML 1.0 cannot carry: C0 controls but tab/LF/CR, lone surrogates (a client's bytes
+# that are not UTF-8, kept as surrogate escapes), U+FFFE/U+FFFF.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 # code -> (HTTP status, default message). Messages follow AWS's wording where clients or
 # compatibility suites look at them.
@@ -164,6 +169,12 @@ class S3Error(Exception):
 
     def __repr__(self) -> str:
         return f"S3Error({self.code!r}, {self.message!r}, status={self.status})"
+
+
+def escape(text: str) -> str:
+    """`text` as XML character data; what XML cannot carry (an echoed access key with a
+    NUL or an invalid byte) becomes U+FFFD, so the body is always well-formed UTF-8."""
+    return _xml_escape(_NOT_XML.sub("\ufffd", text))
 
 
 def error_xml(

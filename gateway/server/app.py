@@ -98,6 +98,7 @@ class Gateway:
     async def start(self) -> None:
         await self.store.start()
         await self._import_state_dir()
+        self.storage.wake = self.kick_sweeper  # a node's return finishes deletions at once
         await self.storage.start()
         self._sweeper = asyncio.create_task(self._sweep_loop())
         self.lifecycle.start()
@@ -243,9 +244,18 @@ def create_app(config_path_or_config: Any) -> Starlette:
             target = request_target(gw.domains, request)
             bucket, key = target.bucket, target.key
             resource = "/" + bucket + ("/" + key if key else "") if bucket else "/"
-            req = S3Request(request, gw, rid, bucket, key, parse_query(request))
+            bad_query: S3Error | None = None
+            try:
+                query = parse_query(request)
+            except S3Error as e:
+                query, bad_query = {}, e
+            req = S3Request(request, gw, rid, bucket, key, query)
             if request.method != "OPTIONS":  # a CORS preflight is never signed
+                # Before the query's own check: a query-signed request whose credentials
+                # are not UTF-8 is InvalidAccessKeyId, as in the Authorization header.
                 await authenticate(req, target)
+            if bad_query is not None:
+                raise bad_query
             handler = route(req)
             if request.method != "OPTIONS":
                 amzheaders.check_request(request.method, request.headers)  # never pretend

@@ -206,12 +206,15 @@ def run_uvicorn(app: str, *, attrs: dict[str, Any] | None = None, **kwargs: Any)
 
     if kwargs.get("ssl_certfile"):
         kwargs.setdefault("ssl_context_factory", reloading_context)
+    from gateway.server.workers import WORKER_HEALTHCHECK_S, use_forked_workers
+    kwargs.setdefault("timeout_worker_healthcheck", WORKER_HEALTHCHECK_S)
     config = uvicorn.Config(app, **kwargs)
     for name, value in (attrs or {}).items():
         setattr(config, name, value)
     server = uvicorn.Server(config=config)
     try:
         if config.workers > 1:
+            use_forked_workers()  # workers up in seconds on a loaded machine (workers.py)
             _Supervisor(config, sockets=[config.bind_socket()]).run()
         else:
             server.run()

@@ -137,9 +137,10 @@ async def import_state_dir(store: MetadataStore, state_dir: str | Path) -> tuple
 
 
 def shared_queues(store: MetadataStore) -> dict[str, Any]:
-    """ErasureCluster keyword arguments: the queues on `store`, and the cluster layout kept
-    there (gateway/store/layoutstore.py), so that every tool on the store (repair, recover,
-    bucket markers) sees the nodes the layout has, not only the cluster file's."""
+    """ErasureCluster keyword arguments: the queues on `store`, its work leases (the store has
+    erasure.leases.LeaseStore's methods itself), and the cluster layout kept there
+    (gateway/store/layoutstore.py), so that every tool on the store (repair, recover, bucket
+    markers) sees the nodes the layout has, not only the cluster file's."""
     from gateway.store.layoutstore import StoreLayouts
     return {"repair_queue": StoreRepairQueue(store), "deletions": StoreDeletions(store),
-            "layout_store": StoreLayouts(store)}
+            "layout_store": StoreLayouts(store), "leases": store}

@@ -116,6 +116,18 @@ class Storage:
     def __init__(self, cluster: Any, pending_grace: float = PENDING_GRACE) -> None:
         self.cluster = cluster
         self.pending_grace = pending_grace
+        # A node came back: the entries waiting for it are made due at the next sweep, which
+        # `wake` (the gateway's sweeper kick) starts at once (issue 24 D6).
+        self.nodes_back = False
+        self.wake: Callable[[], None] | None = None
+        observers = getattr(cluster, "return_observers", None)
+        if observers is not None:
+            observers.append(self._nodes_returned)
+
+    def _nodes_returned(self, node_ids: list[str]) -> None:
+        self.nodes_back = True
+        if self.wake is not None:
+            self.wake()
 
     @classmethod
     def from_config(cls, config: Any, store: Any = None) -> Storage:
@@ -284,6 +296,9 @@ class Storage:
         from gateway.store.deletemarkers import BATCH_PREFIX
         from gateway.store.deletemarkers import settle as settle_batch
         freed = 0
+        if self.nodes_back:
+            await store.wake_orphans()
+            self.nodes_back = False
         while True:
             entries = await store.claim_orphans(batch)
             if not entries:

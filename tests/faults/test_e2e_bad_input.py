@@ -96,6 +96,28 @@ def test_unknown_access_key_and_anonymous_requests(cluster, s3):
     assert_absent(s3, "anon")
 
 
+@pytest.mark.parametrize("form", s3raw.AUTH_FORMS)
+def test_access_key_not_utf8_is_invalid_access_key_id(cluster, s3, form):
+    """Issue 24 D3: a 500 from the user lookup in the header forms before."""
+    c = s3raw.Creds(cluster.port, ACCESS_KEY, SECRET_KEY)
+    for key in (b"AKID\xff", b"\xc3(", b"\xe9t\xe9"):
+        tgt, headers = s3raw.signed_as(c, form, key, "PUT", f"/{BUCKET}/not-utf8")
+        status, _, body = send(cluster, "PUT", tgt, headers, b"x")
+        assert (status, error(body)["Code"]) == (403, "InvalidAccessKeyId"), (key, body[:300])
+    assert_absent(s3, "not-utf8")
+
+
+def test_sigv2_url_expiring_after_year_9999_is_refused(cluster, s3):
+    """Issue 24 D4: validly signed, such a URL was accepted (200) as if it never expired."""
+    c = s3raw.Creds(cluster.port, ACCESS_KEY, SECRET_KEY)
+    for expires_at in (253402300800, 10**15):
+        tgt = s3raw.presign_v2_at(c, "GET", f"/{BUCKET}/existing", expires_at)
+        status, _, body = send(cluster, "GET", tgt, {})
+        assert (status, error(body)["Code"]) == (403, "AccessDenied"), body[:300]
+    tgt = s3raw.presign_v2_at(c, "GET", f"/{BUCKET}/existing", int(time.time()) + 600)
+    assert send(cluster, "GET", tgt, {})[::2] == (200, b"original")
+
+
 def test_error_bodies_are_s3_xml_and_head_errors_have_none(cluster, s3):
     target, headers = sign(cluster, "GET", f"/{BUCKET}/no-such-key")
     status, hdrs, body = send(cluster, "GET", target, headers)

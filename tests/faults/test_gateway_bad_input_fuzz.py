@@ -23,7 +23,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway
-from tests.support.s3raw import Creds, code_of, send, sign_v4
+from tests.support.s3raw import (
+    AUTH_FORMS,
+    Creds,
+    code_of,
+    presign_v2_at,
+    presign_v4,
+    send,
+    sign_v4,
+    signed_as,
+)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -318,6 +327,28 @@ def override_request(c: FuzzCreds, name: str, value: str) -> None:
         assert name[len("response-"):] in headers
 
 
+# Access-key bytes: invalid UTF-8 drawn often, then anything a header can carry.
+KEY_BYTES = st.one_of(
+    st.sampled_from([b"\xff", b"\x80", b"\xc3(", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80",
+                     b"\xc0\xaf", b"\xfe\xff", b"\x00"]).flatmap(
+        lambda bad: st.builds(lambda a, b: a + bad + b, st.binary(max_size=4).map(
+            lambda x: bytes(48 + v % 43 for v in x)), st.binary(max_size=4).map(
+            lambda x: bytes(48 + v % 43 for v in x)))),
+    st.binary(min_size=1, max_size=24).filter(lambda b: not b.isascii()),
+)
+
+
+def credential_request(c: FuzzCreds, form: str, key: bytes, method: str) -> None:
+    if form.endswith("header") and any(b in key for b in b"\x00\r\n"):
+        key = key.replace(b"\x00", b"~").replace(b"\r", b"~").replace(b"\n", b"~")
+    tgt, headers = signed_as(c, form, key, method, f"/{BUCKET}/obj")
+    status, _, answer = send(c, method, tgt, headers, timeout=30)
+    assert status < 500 and b"InternalError" not in answer, (form, key, status, answer[:300])
+    # A key with a byte that is not UTF-8 is no user's key (a header whose
+    # credential the signer cannot parse is malformed first: 400).
+    assert status in (400, 403), (form, key, status, answer[:300])
+
+
 # category -> (strategy of arguments, function(c, *args))
 CATEGORIES: dict[str, tuple[Any, Callable[..., None]]] = {
     "range": (st.tuples(ranges(), st.sampled_from(["GET", "HEAD"])), range_request),
@@ -346,6 +377,8 @@ CATEGORIES: dict[str, tuple[Any, Callable[..., None]]] = {
         ["response-content-type", "response-content-disposition", "response-expires",
          "response-cache-control", "response-content-encoding", "response-content-language"]),
         TEXT), override_request),
+    "credentials": (st.tuples(st.sampled_from(AUTH_FORMS), KEY_BYTES,
+                              st.sampled_from(["GET", "HEAD", "PUT"])), credential_request),
 }
 
 
@@ -375,6 +408,58 @@ def test_bad_input_never_5xx(cu, category):
 @pytest.mark.parametrize("category", list(CATEGORIES))
 def test_bad_input_never_5xx_soak(cu, category):
     run_category(cu, category, SOAK_EXAMPLES)
+
+
+# ---- the exact inputs of issue 24 (D3, D4) -------------------------------------------------
+
+
+@pytest.mark.parametrize("form", AUTH_FORMS)
+@pytest.mark.parametrize("key", [b"AK\xff", b"\xc3(", b"AKID\xed\xa0\x80", b"\xe9t\xe9",
+                                 b"AKIDNOTUTF8\x80\x80"])
+def test_issue24_non_utf8_access_key_is_invalid_access_key_id(cu, form, key):
+    """D3: a 500 from the store's user lookup (SigV4 and SigV2 headers) before."""
+    for method in ("GET", "PUT"):
+        tgt, headers = signed_as(cu, form, key, method, f"/{BUCKET}/obj")
+        status, _, body = send(cu, method, tgt, headers, b"x" if method == "PUT" else b"",
+                               timeout=30)
+        assert code_of(status, body) == (403, "InvalidAccessKeyId"), (form, key, body[:300])
+    tgt, headers = signed_as(cu, form, key, "HEAD", f"/{BUCKET}/obj")
+    assert send(cu, "HEAD", tgt, headers, timeout=30)[0] == 403
+
+
+@pytest.mark.parametrize("form", ["v4-query", "v2-query"])
+def test_issue24_nul_in_query_access_key_is_invalid_access_key_id(cu, form):
+    """A NUL no PostgreSQL text can hold; the error body stays well-formed XML."""
+    tgt, headers = signed_as(cu, form, b"AK\x00ID", "GET", f"/{BUCKET}/obj")
+    status, _, body = send(cu, "GET", tgt, headers, timeout=30)
+    assert code_of(status, body) == (403, "InvalidAccessKeyId"), body[:300]
+
+
+def test_issue24_non_utf8_bytes_elsewhere_in_a_signed_query(cu):
+    """Invalid bytes in another parameter of a validly signed URL: the signature holds over
+    the bytes sent (no 403), the query is then refused as S3 does (InvalidURI)."""
+    tgt = presign_v4(cu, "GET", f"/{BUCKET}/obj?prefix=AB")
+    status, _, body = send(cu, "GET", tgt.replace("prefix=AB", "prefix=%FF"), {}, timeout=30)
+    assert code_of(status, body) == (403, "SignatureDoesNotMatch"), body[:300]
+    h = sign_v4(cu, "GET", f"/{BUCKET}/obj?prefix=%FF")
+    status, _, body = send(cu, "GET", f"/{BUCKET}/obj?prefix=%FF", h, timeout=30)
+    assert code_of(status, body) == (400, "InvalidURI"), body[:300]
+
+
+@pytest.mark.parametrize("expires_at,expect", [
+    (253402300800, (403, "AccessDenied")),           # 10000-01-01T00:00:00Z
+    (10**12, (403, "AccessDenied")),
+    (10**40, (403, "AccessDenied")),
+    (253402300799, (200, "")),                       # the last second of 9999: still valid
+])
+def test_issue24_sigv2_expires_beyond_year_9999(cu, expires_at, expect):
+    """D4: a validly signed SigV2 URL valid forever was accepted (200)."""
+    tgt = presign_v2_at(cu, "GET", f"/{BUCKET}/obj", expires_at)
+    assert f"Expires={expires_at}" in tgt
+    status, _, body = send(cu, "GET", tgt, {}, timeout=30)
+    assert code_of(status, body) == expect, body[:300]
+    if status == 200:
+        assert body == OBJ
 
 
 # ---- the exact inputs of issue 12, with the code each gets ----------------------------------

@@ -245,3 +245,20 @@ async def test_big_part_lists_are_parsed_once_and_never_stale(stores):
     assert c.version == "v2" and c.parts == _multipart("v2").parts
     await other.delete_object("bkt", "big")
     assert await me.get_object("bkt", "big") is None
+
+
+async def test_entries_waiting_for_nodes_are_woken_when_one_returns(store) -> None:
+    """Issue 24 D6: a node's return makes the entries naming down nodes due, leased or not;
+    pending write marks and other entries keep their time."""
+    await store.queue_orphans([{"part_uid": "a.p1", "purge_nodes": ["n3"]},
+                               {"part_uid": "b.p1", "purge_nodes": ["n3", "n4"]}], delay=60)
+    await store.queue_orphans([{"part_uid": "c.p1", "pending": True},
+                               {"part_uid": "d.p1"}], delay=60)
+    assert await store.claim_orphans() == []
+    await store.queue_orphans([{"part_uid": "e.p1", "purge_nodes": ["n3"]}])
+    assert [e.layout["part_uid"] for e in await store.claim_orphans()] == ["e.p1"]  # leased
+    assert await store.wake_orphans() == 3
+    woken = sorted(e.layout["part_uid"] for e in await store.claim_orphans())
+    assert woken == ["a.p1", "b.p1", "e.p1"]
+    assert await store.wake_orphans() == 3  # claimed again (leased): woken again
+    assert await store.orphan_count() == 5

@@ -34,6 +34,7 @@ from gateway.metadata import (
     postgres,
 )
 from gateway.metadata.store import UserRecord, VersionRecord
+from tests.support import s3raw
 from tests.support.gwcluster import Gateway, archive_ids, wait_for
 from tests.support.pgserver import PASSWORD, PgServer, free_port, skip_reason
 
@@ -125,6 +126,20 @@ def test_boto3_round_trip_on_postgres(cluster: Gateway, pg: PgServer) -> None:
     assert not cluster.meta_path.exists()
     # Replaced and deleted data is swept from the nodes.
     assert wait_for(lambda: pg.psql("SELECT count(*) FROM orphans", db=db).strip() == "0", 30)
+
+
+@pytest.mark.parametrize("form", s3raw.AUTH_FORMS)
+def test_non_utf8_access_key_is_invalid_access_key_id_on_postgres(cluster: Gateway,
+                                                                   form: str) -> None:
+    """Issue 24 D3 on this backend: bytes that are not UTF-8 (or a NUL, which PostgreSQL's
+    text cannot hold) as the access key are an unknown key, never a database error."""
+    c = s3raw.Creds(cluster.port, "x", "y")
+    keys = [b"AK\xff", b"\xc3(", b"AKID\xed\xa0\x80"] + ([b"AK\x00"] if "query" in form else [])
+    for key in keys:
+        tgt, headers = s3raw.signed_as(c, form, key, "GET", "/pg-data/b")
+        status, _, body = s3raw.send(c, "GET", tgt, headers, timeout=30)
+        assert s3raw.code_of(status, body) == (403, "InvalidAccessKeyId"), (key, body[:300])
+    assert "Traceback" not in cluster.log_path.read_text(errors="replace")
 
 
 def test_unreachable_database_at_start_is_one_line(cluster: Gateway) -> None:

@@ -89,6 +89,20 @@ async def test_users_are_added_once_listed_and_removed(stores) -> None:
     assert await s.get_user("AK2") is None
 
 
+@pytest.mark.parametrize("key", [
+    "AK\udcff",        # a header byte 0xff, as the auth code reads it (surrogate escape)
+    "\udcc3(",         # a cut two-byte sequence
+    "AK\x00X",         # a NUL (%00 in a query): PostgreSQL's text cannot hold it
+    "AK\udced\udca0\udc80",  # an encoded surrogate (not UTF-8)
+])
+async def test_a_key_no_user_can_have_is_unknown_not_an_error(stores, key) -> None:
+    """Issue 24 D3: get_user raised UnicodeEncodeError (a 500 for the request) on SQLite."""
+    s = await stores.open()
+    assert await s.add_user(UserRecord("AK", "secret", "cid", "Al", 5.0))
+    assert await s.get_user(key) is None
+    assert await s.get_user("AK") is not None
+
+
 async def test_a_lifecycle_day_is_worked_by_one_worker_resumed_and_run_once(stores) -> None:
     s = await stores.open()
     for b in ("b1", "b2", "b3"):

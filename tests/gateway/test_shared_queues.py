@@ -122,3 +122,29 @@ async def test_two_sweepers_claim_disjoint_orphans_and_a_dead_ones_lease_runs_ou
     [e] = await one.claim_orphans(1, 0.0)  # claimed by a sweeper that dies: lease runs out
     [again] = await two.claim_orphans(1, 600.0)
     assert again.id == e.id
+
+
+async def test_a_part_lease_has_one_holder_across_gateways(stores) -> None:
+    """Issue 24 D5: moving a part home and healing it are done by one gateway at a time."""
+    from erasure.leases import part_lease
+    target = stores.new_target()
+    one, two = await stores.open(target), await stores.open(target)
+    takes = await asyncio.gather(*(s.lease_take("part/p1", f"gw{n}", 60)
+                                   for n, s in enumerate([one, two] * 4)))
+    assert sorted(set(takes)) == [False, True] and takes.count(True) >= 1
+    holder = "gw0" if takes[0] else "gw1"
+    other = "gw1" if holder == "gw0" else "gw0"
+    assert await one.lease_take("part/p1", holder, 60)  # the holder extends it
+    assert not await two.lease_take("part/p1", other, 60)
+    await two.lease_release("part/p1", other)  # not its lease: nothing happens
+    assert not await one.lease_take("part/p1", other, 60)
+    await one.lease_release("part/p1", holder)
+    assert await two.lease_take("part/p1", other, 0.2)
+    await asyncio.sleep(0.3)  # a dead holder's lease runs out
+    assert await one.lease_take("part/p1", holder, 60)
+    async with part_lease(two, other, "p2") as mine:
+        assert mine
+        async with part_lease(one, holder, "p2") as theirs:
+            assert not theirs
+    async with part_lease(one, holder, "p2") as mine:  # given back at the end of the block
+        assert mine

@@ -96,6 +96,39 @@ def presign_v2(c: Creds, method: str, target: str, *, expires: int = 300,
     return u.path + "?" + u.query
 
 
+def presign_v2_at(c: Creds, method: str, target: str, expires_at: int | str) -> str:
+    """A SigV2 query-signed target whose Expires is exactly `expires_at` (botocore's signer
+    otherwise adds its own clock to a duration)."""
+
+    class At(HmacV1QueryAuth):
+        def _get_date(self) -> str:
+            return str(expires_at)
+
+    req = _request(c, method, target, None, b"", None)
+    At(c.credentials, expires=0).add_auth(req)
+    u = urllib.parse.urlsplit(req.url)
+    return u.path + "?" + u.query
+
+
+AUTH_FORMS = ("v4-header", "v4-query", "v2-header", "v2-query")
+_PLACEHOLDER = "AKIDPLACEHOLDER00000"
+
+
+def signed_as(c: Creds, form: str, access_key: bytes, method: str, target: str
+              ) -> tuple[str, dict[str, str]]:
+    """(target, headers) of a request signed in `form` (one of AUTH_FORMS) whose access key
+    is the raw bytes `access_key`, which no signer would send: in a header as those bytes
+    (http.client sends header text as latin-1), in a query percent-encoded byte by byte."""
+    pc = Creds(c.port, _PLACEHOLDER, c.secret_key)
+    if form in ("v4-header", "v2-header"):
+        h = (sign_v4 if form == "v4-header" else sign_v2)(pc, method, target)
+        h["Authorization"] = h["Authorization"].replace(_PLACEHOLDER,
+                                                        access_key.decode("latin-1"))
+        return target, h
+    signed = (presign_v4 if form == "v4-query" else presign_v2)(pc, method, target)
+    return signed.replace(_PLACEHOLDER, urllib.parse.quote_from_bytes(access_key, safe="")), {}
+
+
 def send(c: Creds, method: str, target: str, headers: dict[str, str], body: bytes = b"",
          *, timeout: float = 60) -> tuple[int, dict[str, str], bytes]:
     """One request on a fresh connection, the target and headers exactly as given (Host

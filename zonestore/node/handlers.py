@@ -195,14 +195,30 @@ def failed_drives(state: NodeState) -> dict[int, str]:
     return dict(getattr(state.pool, "failed", None) or {})
 
 
+def host_full_drives(state: NodeState) -> dict[int, str]:
+    """Drive index -> why it takes no puts: the filesystem under it is out of space
+    (zonestore/hostspace.py)."""
+    host_full = getattr(state.pool, "host_full", None)
+    return host_full() if host_full is not None else {}
+
+
 def working_logs(state: NodeState) -> list[Any]:
     failed = failed_drives(state)
     return [lg for i, lg in enumerate(state.logs) if i not in failed and hasattr(lg, "free_bytes")]
 
 
+def drive_writable(state: NodeState, i: int) -> int:
+    """What drive i can take without reclaim (0 if failed or its filesystem is full)."""
+    pool = state.pool
+    if pool is not None and hasattr(pool, "writable"):
+        return pool.writable(i)
+    return 0 if i in failed_drives(state) else state.logs[i].free_bytes()
+
+
 def writable_bytes(state: NodeState) -> int:
     """What this node's working drives can still take without reclaim (the sum over drives)."""
-    return sum(lg.free_bytes() for lg in working_logs(state))
+    failed = failed_drives(state)
+    return sum(drive_writable(state, i) for i in range(len(state.logs)) if i not in failed)
 
 
 def _no_space(state: NodeState, message: str) -> NodeError:
@@ -214,15 +230,24 @@ async def _check_room(state: NodeState, length: int) -> None:
     """Refuse before reading the body a record no drive can take (a record lives on one
     drive), after letting each drive's reclaim make room for it where reclaim can."""
     logs = working_logs(state)
-    frees = [lg.free_bytes() for lg in logs]
     if failed_drives(state) and not logs:
         raise NodeError(507, "drive_failed", "every drive of this node has failed",
                         extra={"writable_bytes": 0})
+    host_full = host_full_drives(state)
+    failed = failed_drives(state)
+    takers = [i for i in range(len(state.logs)) if i not in failed and i not in host_full]
+    if logs and not takers:  # every working drive's filesystem is out of space
+        raise _no_space(state, "; ".join(f"drive {i}: {why}" for i, why in host_full.items()))
+    frees = [drive_writable(state, i) for i in takers]
     if not frees or length <= max(frees):
         return
     room = 0
-    for lg in logs:
-        room = max(room, await lg.room_for(length))
+    pool = state.pool
+    for i in takers:
+        lg = state.logs[i]
+        got = await lg.room_for(length)
+        cap = pool.host.cap(i) if pool is not None and hasattr(pool, "host") else None
+        room = max(room, got if cap is None else min(got, cap))
         if room >= length:
             return
     raise _no_space(state, f"record of {length} bytes does not fit: the largest writable "
@@ -366,12 +391,15 @@ async def node_stats(request: web.Request) -> web.Response:
     state = _state(request)
     drives = []
     failed = failed_drives(state)
+    host_full = host_full_drives(state)
     for i, (path, log_) in enumerate(zip(state.drive_paths, state.logs, strict=False)):
         d = _as_dict(log_.stats())
         d.update(drive=i, path=str(path), failed=i in failed, error=failed.get(i),
-                 **drive_info(state, i))
+                 host_full=host_full.get(i), **drive_info(state, i))
         if i in failed:  # nothing of it can be written (or read) any more
             d.update(free_bytes=0, writable_bytes=0)
+        else:  # its filesystem may hold less than its zones promise
+            d.update(free_bytes=drive_writable(state, i), writable_bytes=drive_writable(state, i))
         drives.append(d)
     # reclaiming_zone is per drive only.
     totals: dict[str, Any] = {k: sum(d.get(k, 0) or 0 for d in drives) for k in _SUMMED}
@@ -418,11 +446,21 @@ async def health_ready(request: web.Request) -> web.Response:
     # writable figure (0 when every drive failed) keeps new writes away.
     # A new drive in a used slot (a replaced drive) is "degraded" too until the layout
     # registers it: what the old drive held is gone (zonestore/node/drivelayout.py).
+    # Stays 200 when a drive's filesystem is out of space too (status "full" once no
+    # working drive takes puts), with the reasons: it still serves reads and deletes.
     failed = failed_drives(state)
     new = new_drives(state)
-    return web.json_response({"status": "degraded" if failed or new else "ready",
+    host_full = host_full_drives(state)
+    reasons = [f"drive {i} failed: {why}" for i, why in sorted(failed.items())]
+    reasons += [f"drive {i} takes no writes: {why}" for i, why in sorted(host_full.items())]
+    reasons += [f"drive {i} is new in a used slot: what it held is lost" for i in new]
+    status = "degraded" if failed or new else "ready"
+    if host_full and len(failed) + len(host_full) == len(state.logs):
+        status = "full"
+    return web.json_response({"status": status, "reasons": reasons,
                               "node_id": state.node_id, "drives": len(state.logs),
                               "failed_drives": sorted(failed), "new_drives": new,
+                              "full_drives": sorted(host_full),
                               "layout_version": state.layout_version,
                               "writable_bytes": writable_bytes(state)})
 

@@ -41,10 +41,13 @@ __all__ = [
 
 
 def parse_query(raw_query: str | bytes) -> list[tuple[str, str]]:
-    """Decoded (name, value) pairs of a raw query string, blank values kept (`?uploads`)."""
+    """Decoded (name, value) pairs of a raw query string, blank values kept (`?uploads`).
+    Bytes that are not UTF-8 are kept as surrogate escapes (as header values are, see
+    common.wire_text): a signature is checked over the bytes sent, and an access key made of
+    them is an unknown key, not one that collides with its U+FFFD-replaced reading."""
     if isinstance(raw_query, bytes):
         raw_query = raw_query.decode("latin-1")
-    return parse_qsl(raw_query, keep_blank_values=True)
+    return parse_qsl(raw_query, keep_blank_values=True, errors="surrogateescape")
 
 
 def authenticate(

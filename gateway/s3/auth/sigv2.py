@@ -173,12 +173,13 @@ def verify_query(
     # A raw '+' in a base64 signature arrives as a space after form decoding.
     sig = sig.replace(" ", "+")
     try:
-        # `[0-9]+` and saturated at the year 9999: a negative or 5,000-digit Expires is a 403
-        # before any signature check, never an OverflowError (500) in the date formatting.
-        expires = parse_uint(expires_s, hi=MAX_EXPIRES, saturate=True)
+        # `[0-9]+`, at most the year 9999: a negative, 5,000-digit or far-future Expires is a
+        # 403 before any signature check (never an OverflowError, a 500, in the date
+        # formatting; never a URL that stays valid forever).
+        expires = parse_uint(expires_s, hi=MAX_EXPIRES)
     except ValueError:
-        raise S3Error("AccessDenied", "Expires must be a number of seconds since the "
-                                      "epoch") from None
+        raise S3Error("AccessDenied", "Expires must be a number of seconds since the epoch, "
+                                      "before the year 10000") from None
     found = lookup(access_key)
     if found is None:
         raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=access_key)

@@ -56,7 +56,8 @@ def canonical_uri(raw_path: str | bytes) -> str:
 
 def canonical_query(query: Query) -> str:
     """Canonical query string from decoded (name, value) pairs."""
-    pairs = sorted((quote(k, safe="-_.~"), quote(v, safe="-_.~")) for k, v in query)
+    pairs = sorted((quote(signed_bytes(k), safe="-_.~"), quote(signed_bytes(v), safe="-_.~"))
+                   for k, v in query)
     return "&".join(f"{k}={v}" for k, v in pairs)
 
 
@@ -99,13 +100,13 @@ def string_to_sign(amz_date: str, scope: str, canonical: str) -> str:
 def signing_key(secret: str, date: str, region: str, service: str = "s3") -> bytes:
     """kSigning = HMAC chain over date, region, service, "aws4_request" (cached per day)."""
     k = hmac.new(("AWS4" + secret).encode("utf-8"), date.encode("utf-8"), hashlib.sha256).digest()
-    for part in (region, service, "aws4_request"):
-        k = hmac.new(k, part.encode("utf-8"), hashlib.sha256).digest()
+    for part in (region, service, "aws4_request"):  # a region of invalid bytes: as sent
+        k = hmac.new(k, signed_bytes(part), hashlib.sha256).digest()
     return k
 
 
 def sign(key: bytes, sts: str) -> str:
-    return hmac.new(key, sts.encode("utf-8"), hashlib.sha256).hexdigest()
+    return hmac.new(key, signed_bytes(sts), hashlib.sha256).hexdigest()
 
 
 def chunk_signature(

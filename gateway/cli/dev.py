@@ -22,6 +22,7 @@ import argparse
 import fcntl
 import http.client
 import os
+import shlex
 import shutil
 import signal
 import ssl
@@ -49,6 +50,7 @@ from zonestore.emulated import Geometry
 from zonestore.nodeauth import sign_headers
 
 CONFIG_NAME = "zonegate.toml"
+ENV_NAME = "env.sh"  # the client environment, written at every start
 LOCK_NAME = "zonegate-dev.lock"
 MiB = 1024 * 1024
 # glibc's default trim/mmap thresholds make CPython regrow its heap for every large buffer;
@@ -126,6 +128,14 @@ def _http_status(url: str, path: str, headers: dict[str, str], timeout: float = 
         return None
     finally:
         conn.close()
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the working directory when it lies below it (what a user pastes)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 class Launcher:
@@ -354,23 +364,44 @@ class Launcher:
         status = _http_status(self.endpoint, "/health/ready", {})
         return status is not None and status < 500
 
-    def banner(self) -> None:
+    def client_env(self) -> dict[str, str]:
+        """What an S3 client needs to reach this cluster as its root user (boto3 and the
+        aws cli read every one of these from the environment)."""
         root = next(u for u in self.cfg["users"] if u.get("name") == ROOT_USER)
-        ak, sk = root["access_key"], root["secret_key"]
-        region = self.cfg.get("gateway", {}).get("region", "us-east-1")
-        verify = f" --ca-bundle {self.ca}" if self.ca else ""
-        aws = "aws"
-        venv_aws = Path(sys.executable).with_name("aws")
-        if not shutil.which("aws") and venv_aws.exists():
-            aws = str(venv_aws)  # the aws cli that `make` installed into the venv
+        env = {"AWS_ENDPOINT_URL": self.endpoint,
+               "AWS_ACCESS_KEY_ID": root["access_key"],
+               "AWS_SECRET_ACCESS_KEY": root["secret_key"],
+               "AWS_DEFAULT_REGION": self.cfg.get("gateway", {}).get("region", "us-east-1")}
+        if self.ca:
+            env["AWS_CA_BUNDLE"] = str(self.ca)
+        return env
+
+    def write_env_file(self, env: dict[str, str]) -> Path:
+        """DATA/env.sh: the client environment as `export` lines, for `. data/env.sh`."""
+        path = self.data / ENV_NAME
+        text = "# ZoneGate dev cluster: `. " + _shown(path) + "` points S3 clients at it.\n"
+        text += "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds a secret
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        return path
+
+    def banner(self) -> None:
+        env = self.client_env()
+        env_file = self.write_env_file(env)
+        found = ""
+        if self.config_path == Path.cwd().resolve() / "data" / CONFIG_NAME:
+            found = ": `zonegate status`, `repair`, `user`... find it there by themselves"
         lines = [
             f"{READY_BANNER}: {len(self.children)} nodes, gateway pid {self.gateway.proc.pid}",
             f"  endpoint:    {self.endpoint}",
-            f"  access key:  {ak}",
-            f"  secret key:  {sk}",
-            f"  region:      {region}",
-            f"  data:        {self.data}   (config {self.config_path})",
-            f"  logs:        {self.data / 'logs'}",
+            f"  access key:  {env['AWS_ACCESS_KEY_ID']}",
+            f"  secret key:  {env['AWS_SECRET_ACCESS_KEY']}",
+            f"  region:      {env['AWS_DEFAULT_REGION']}",
+            f"  data:        {_shown(self.data)}   (config {_shown(self.config_path)}{found})",
+            f"  logs:        {_shown(self.data / 'logs')}",
         ]
         if self.cfg.get("gateway", {}).get("console", True) is not False:
             lines.append(f"  console:     {self.endpoint}/console/   (log in with the keys above)")
@@ -378,12 +409,16 @@ class Launcher:
             lines.append(f"  trust CA:    {self.ca}   (e.g. AWS_CA_BUNDLE / SSL_CERT_FILE)")
         if self.prometheus_url:
             lines.append(f"  prometheus:  {self.prometheus_url}")
-        lines += [
-            "  try:",
-            f"    AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION={region} \\",
-            f"      {aws} --endpoint-url {self.endpoint}{verify} s3 ls",
-            "  Ctrl-C stops the cluster.",
-        ]
+        lines.append(f"In another shell, `. {_shown(env_file)}` or paste:")
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+        bindir = Path(sys.executable).parent
+        if (bindir / "aws").exists() and shutil.which("aws") != str(bindir / "aws"):
+            # `make run` installed zonegate and the aws cli into the venv, not onto PATH
+            lines.append(f"then `. {_shown(bindir / 'activate')}` for its zonegate and aws, "
+                         "and try: aws s3 ls")
+        else:
+            lines.append("then try: aws s3 ls")
+        lines.append("Ctrl-C stops the cluster.")
         print("\n".join(lines), flush=True)
 
     # -- supervision

@@ -44,12 +44,15 @@ def _default_config(parser: argparse.ArgumentParser) -> None:
                 action.help = f"{action.help or 'cluster config'} (default ./{DEFAULT_CONFIG})"
 
 
-def find_config() -> str:
-    """./data/zonegate.toml, or a one-line error saying where --config was looked for."""
-    if DEFAULT_CONFIG.is_file():
-        return str(DEFAULT_CONFIG)
-    raise FileNotFoundError(f"no --config given and no ./{DEFAULT_CONFIG} in {Path.cwd()} "
-                            "(`make run` / `zonegate dev` writes it there)")
+def resolve_config(args: argparse.Namespace) -> None:
+    """A left-out --config becomes ./data/zonegate.toml, or a one-line error saying where it
+    was looked for."""
+    if getattr(args, "config", None) is not _FIND_CONFIG:
+        return
+    if not DEFAULT_CONFIG.is_file():
+        raise FileNotFoundError(f"no --config given and no ./{DEFAULT_CONFIG} in {Path.cwd()} "
+                                "(`make run` / `zonegate dev` writes it there)")
+    args.config = str(DEFAULT_CONFIG)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,8 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if getattr(args, "config", None) is _FIND_CONFIG:
-            args.config = find_config()
+        resolve_config(args)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

@@ -93,6 +93,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recover-metadata", action="store_true",
                    help="rebuild a lost metadata store from the nodes (`zonegate recover-metadata`) "
                         "before the gateway starts")
+    p.add_argument("--lifecycle-day-seconds", type=float, default=None, metavar="N",
+                   help="make a lifecycle day N seconds long, to watch expirations happen "
+                        "(written to [gateway] lifecycle_day_seconds; kept for later starts; "
+                        "0 = real days again)")
     p.add_argument("--grace", type=float, default=10.0,
                    help="seconds a child gets after SIGTERM before SIGKILL")
     p.add_argument("--start-timeout", type=float, default=180.0,
@@ -150,6 +154,7 @@ class Launcher:
         self.keep_fds: tuple[int, ...] = ()
         self.prometheus: Child | None = None
         self.prometheus_url: str | None = None
+        self._moved = False  # a node got a new port during the start
 
     def say(self, msg: str) -> None:
         print(f"zonegate dev: {msg}", flush=True)
@@ -204,6 +209,7 @@ class Launcher:
         else:
             self.cfg = new_config(self.data, a.nodes or 12, a.host, a.port)
             self.say(f"new cluster: wrote {self.config_path}")
+        self._lifecycle_day(a.lifecycle_day_seconds)
         deadline = time.monotonic() + 5  # a gateway that is still stopping frees it soon
         while not port_free(a.host, a.port):
             if time.monotonic() > deadline:
@@ -219,9 +225,10 @@ class Launcher:
         for k, v in MALLOC_ENV.items():
             self.env.setdefault(k, v)
         exe = [sys.executable, "-m", "gateway.cli"]
+        node_exe = [sys.executable, "-m", "gateway.cli.devnode"]  # `zonegate node`, leaner
         logs = self.data / "logs"
         for node in self.cfg["nodes"]:
-            self.children.append(Child(node["id"], exe + [
+            self.children.append(Child(node["id"], node_exe + [
                 "node", "--config", str(self.config_path), "--id", node["id"],
                 "--log-format", a.log_format], logs / f"{node['id']}.log"))
         # info: each worker's start and stop (uvicorn writes no line per request here)
@@ -233,6 +240,20 @@ class Launcher:
             self.ca, self.cert, key = ensure_dev_ca(self.data / "tls", (a.host,))
             serve += ["--tls-cert", str(self.cert), "--tls-key", str(key)]
         self.gateway = Child("gateway", serve, logs / "gateway.log")
+
+    def _lifecycle_day(self, seconds: float | None) -> None:
+        gw = self.cfg.setdefault("gateway", {})
+        if seconds is not None:
+            if seconds < 0:
+                raise ValueError("--lifecycle-day-seconds must be 0 (real days) or more")
+            if seconds:
+                gw["lifecycle_day_seconds"] = seconds
+            else:
+                gw.pop("lifecycle_day_seconds", None)
+        day = gw.get("lifecycle_day_seconds")
+        if day:
+            self.say(f"a lifecycle day lasts {day:g} s ([gateway] lifecycle_day_seconds; "
+                     "--lifecycle-day-seconds 0 for real days)")
 
     def _set_aside_stale_wal(self, meta: Path) -> None:
         # A WAL left behind by a deleted database would be replayed into the new, empty one.
@@ -306,7 +327,8 @@ class Launcher:
     def _port_stolen(self, c: Child) -> bool:
         """A node that died because another process took its port between our check and its
         bind (ports near a random test port lie in the kernel's ephemeral range): give it
-        another port and start it again. Only before the gateway has read the config."""
+        another port and start it again (and the gateway, which read the old one, once the
+        nodes are up). Only during the start."""
         node = next((n for n in self.cfg["nodes"] if n["id"] == c.name), None)
         if node is None or len(c.starts) > 3:
             return False
@@ -318,20 +340,35 @@ class Launcher:
         self.say(f"{c.name}: port {port} was taken by another process, moving it to {new}")
         node["url"] = f"http://{host}:{new}"
         write_config(self.config_path, self.cfg)
+        self._moved = True
         c.spawn(self.env, self.keep_fds)
         return True
 
     def start(self) -> bool:
+        """Start the nodes and the gateway together (the gateway waits for its write quorum
+        by itself and answers 503 until then), then wait for all of them by probing."""
         nodes = {n["id"]: n for n in self.cfg["nodes"]}
+        assert self.gateway is not None
         for c in self.children:
             c.spawn(self.env, self.keep_fds)
-        self.say(f"started {len(self.children)} node daemons, waiting for them")
+        # Recovery must finish before the gateway opens the store it rebuilds.
+        early = not self.args.recover_metadata
+        if early:
+            self.gateway.spawn(self.env, self.keep_fds)
+        self.say(f"started {len(self.children)} node daemons"
+                 f"{' and the gateway' if early else ''}, waiting for them")
+        self._moved = False
         if not self._wait("nodes", self.children, lambda c: self._node_ready(nodes[c.name])):
             return False
-        if self.args.recover_metadata and not self._recover_metadata():
-            return False
-        assert self.gateway is not None
-        self.gateway.spawn(self.env, self.keep_fds)
+        if early and self._moved:
+            # a node moved to another port after the gateway had read the config
+            self.say("restarting the gateway for the nodes' new ports")
+            self._stop([self.gateway])
+            self.gateway.spawn(self.env, self.keep_fds)
+        if self.args.recover_metadata:
+            if not self._recover_metadata():
+                return False
+            self.gateway.spawn(self.env, self.keep_fds)
         if not self._wait("the gateway", [self.gateway], lambda c: self._gateway_ready()):
             return False
         if self.args.prometheus:

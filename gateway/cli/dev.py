@@ -37,6 +37,7 @@ from gateway.cli.devchild import Child, child_preexec
 from gateway.cli.devconfig import (
     PORTS,
     ROOT_USER,
+    drive_promise,
     ensure_drives,
     free_port,
     new_config,
@@ -53,6 +54,7 @@ CONFIG_NAME = "zonegate.toml"
 ENV_NAME = "env.sh"  # the client environment, written at every start
 LOCK_NAME = "zonegate-dev.lock"
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 # glibc's default trim/mmap thresholds make CPython regrow its heap for every large buffer;
 # measured to matter 2-12x for the servers (shared/notes/performance.md, Makefile).
 MALLOC_ENV = {
@@ -221,6 +223,7 @@ class Launcher:
         if made:
             self.say(f"created {made} emulated zoned drives ({a.zones} zones of "
                      f"{a.zone_size // MiB} MiB each, sparse)")
+        self._check_disk()
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         for k, v in MALLOC_ENV.items():
             self.env.setdefault(k, v)
@@ -240,6 +243,16 @@ class Launcher:
             self.ca, self.cert, key = ensure_dev_ca(self.data / "tls", (a.host,))
             serve += ["--tls-cert", str(self.cert), "--tls-key", str(key)]
         self.gateway = Child("gateway", serve, logs / "gateway.log")
+
+    def _check_disk(self) -> None:
+        """One line when the sparse drives promise more than the disk under them holds:
+        writes would fail with ENOSPC long before the drives look full."""
+        promised = drive_promise(self.cfg)
+        free = shutil.disk_usage(self.data).free
+        if promised > free:
+            self.say(f"warning: the emulated drives may still grow by {promised / GiB:.1f} GiB "
+                     f"but the disk under {_shown(self.data)} has {free / GiB:.1f} GiB free "
+                     "(smaller drives: --zones / --zone-size in a new data directory)")
 
     def _lifecycle_day(self, seconds: float | None) -> None:
         gw = self.cfg.setdefault("gateway", {})

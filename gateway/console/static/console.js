@@ -180,19 +180,19 @@ function renderOverview(doc) {
 
   const c = doc.capacity;
   // total: what the parts add up to (the nodes' accounting); older nodes: the parts known
-  const total = c.total || ((c.live || 0) + (c.garbage || 0) + (c.stranded || 0) + (c.writable || 0) + (c.reserve || 0));
+  const capTotal = c.total || ((c.live || 0) + (c.garbage || 0) + (c.stranded || 0) + (c.writable || 0) + (c.reserve || 0));
   // used: written (live or garbage) or stranded; the rest is writable, or held back as the
   // reserve reclaim and deletes write into
   const used = (c.live || 0) + (c.garbage || 0) + (c.stranded || 0);
-  const pct = total ? (100 * used / total) : null;
+  const pct = capTotal ? (100 * used / capTotal) : null;
   const parts = [["live", "live"], ["garbage", "garbage"], ["stranded", "stranded"], ["reserve", "reserve"]];
   const bar = el("div", { class: "bar", role: "img", id: "capacity-bar",
-    "aria-label": `${pct === null ? "–" : pct.toFixed(1) + "%"} of ${bytes(total)} used: live ${bytes(c.live)}, ` +
+    "aria-label": `${pct === null ? "–" : pct.toFixed(1) + "%"} of ${bytes(capTotal)} used: live ${bytes(c.live)}, ` +
                   `garbage ${bytes(c.garbage)}, stranded ${bytes(c.stranded)}, reserve ${bytes(c.reserve)}; ` +
                   `${bytes(c.writable)} writable` });
   for (const [k, cls] of parts) {
     const s = el("span", { class: cls });
-    s.style.width = total ? `${100 * (c[k] || 0) / total}%` : "0";
+    s.style.width = capTotal ? `${100 * (c[k] || 0) / capTotal}%` : "0";
     bar.append(s);
   }
   const legend = el("div", { class: "legend-bar", "aria-hidden": "true" },
@@ -200,7 +200,7 @@ function renderOverview(doc) {
   const zones = Object.entries(c.zones_by_condition).map(([k, v]) => `${k} ${v}`).join(", ");
   $("#capacity").replaceChildren(
     el("div", { class: "big", id: "capacity-used",
-                text: `${bytes(used)} / ${bytes(total)} used (${pct === null ? "–" : pct.toFixed(1) + "%"})` }),
+                text: `${bytes(used)} / ${bytes(capTotal)} used (${pct === null ? "–" : pct.toFixed(1) + "%"})` }),
     bar, legend,
     kv([["Writable", bytes(c.writable)], ["Live", bytes(c.live)], ["Garbage", bytes(c.garbage)],
         ["Stranded", bytes(c.stranded)], ["Reserve", bytes(c.reserve)],

@@ -331,7 +331,8 @@ function renderZones(doc) {
       const cap = d.capacity || {};
       row.querySelector(".sum").textContent =
         `live ${bytes(cap.live)} · garbage ${bytes(cap.garbage)} · writable ${bytes(cap.writable)}` +
-        (cap.stranded ? ` · stranded ${bytes(cap.stranded)}` : "");
+        (cap.stranded ? ` · stranded ${bytes(cap.stranded)}` : "") +
+        (cap.reserve ? ` · reserve ${bytes(cap.reserve)}` : "");  // empty zones held back
       const cells = row.querySelectorAll(".cell");
       d.zones.forEach((z, i) => {
         const label = zoneLabel(n.id, d, z);

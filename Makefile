@@ -27,8 +27,9 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
+# `make run ARGS="--port 9100 --tls"`: options for `zonegate dev`
 run: $(RUN_STAMP)
-	$(BIN)/zonegate dev
+	$(BIN)/zonegate dev $(ARGS)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

@@ -431,6 +431,11 @@ class Launcher:
         path = self.data / ENV_NAME
         text = "# ZoneGate dev cluster: `. " + _shown(path) + "` points S3 clients at it.\n"
         text += "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+        if self.ca:
+            # not set by default: it replaces the system's CAs for everything in the shell
+            text += ("# CRT-based clients (boto3's CRT transfer client, s3torchconnector) and "
+                     "rustls ones (obstore, polars) trust the CA through this instead:\n"
+                     f"# export SSL_CERT_FILE={shlex.quote(str(self.ca))}\n")
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds a secret
         with os.fdopen(fd, "w") as f:

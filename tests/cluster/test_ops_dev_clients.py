@@ -114,3 +114,15 @@ def test_lifecycle_day_seconds_makes_expiration_watchable(dev):
             break
         time.sleep(0.5)
     assert keys == ["keep/this"]
+
+
+def test_env_file_of_a_tls_cluster_is_enough_for_the_aws_cli(dev, tmp_path):
+    env_file = dev.data / "env.sh"
+    text = env_file.read_text()
+    assert f"export AWS_CA_BUNDLE={dev.ca}\n" in text
+    assert f"# export SSL_CERT_FILE={dev.ca}\n" in text  # offered, not forced on the shell
+    dev.client().create_bucket(Bucket="envfile")
+    aws = os.path.join(os.path.dirname(sys.executable), "aws")
+    p = subprocess.run(["bash", "-c", f". {env_file} && {aws} s3 ls"], env=client_env(dev, tmp_path),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "envfile" in p.stdout, p.stderr[-2000:]

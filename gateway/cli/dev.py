@@ -22,6 +22,7 @@ import argparse
 import fcntl
 import http.client
 import os
+import shlex
 import shutil
 import signal
 import ssl
@@ -36,6 +37,7 @@ from gateway.cli.devchild import Child, child_preexec
 from gateway.cli.devconfig import (
     PORTS,
     ROOT_USER,
+    drive_promise,
     ensure_drives,
     ensure_sse,
     free_port,
@@ -50,8 +52,10 @@ from zonestore.emulated import Geometry
 from zonestore.nodeauth import sign_headers
 
 CONFIG_NAME = "zonegate.toml"
+ENV_NAME = "env.sh"  # the client environment, written at every start
 LOCK_NAME = "zonegate-dev.lock"
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 # glibc's default trim/mmap thresholds make CPython regrow its heap for every large buffer;
 # measured to matter 2-12x for the servers (shared/notes/performance.md, Makefile).
 MALLOC_ENV = {
@@ -92,6 +96,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recover-metadata", action="store_true",
                    help="rebuild a lost metadata store from the nodes (`zonegate recover-metadata`) "
                         "before the gateway starts")
+    p.add_argument("--lifecycle-day-seconds", type=float, default=None, metavar="N",
+                   help="make a lifecycle day N seconds long, to watch expirations happen "
+                        "(written to [gateway] lifecycle_day_seconds; kept for later starts; "
+                        "0 = real days again)")
     p.add_argument("--grace", type=float, default=10.0,
                    help="seconds a child gets after SIGTERM before SIGKILL")
     p.add_argument("--start-timeout", type=float, default=180.0,
@@ -129,6 +137,14 @@ def _http_status(url: str, path: str, headers: dict[str, str], timeout: float = 
         conn.close()
 
 
+def _shown(path: Path) -> str:
+    """`path` relative to the working directory when it lies below it (what a user pastes)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 class Launcher:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -141,6 +157,7 @@ class Launcher:
         self.keep_fds: tuple[int, ...] = ()
         self.prometheus: Child | None = None
         self.prometheus_url: str | None = None
+        self._moved = False  # a node got a new port during the start
 
     def say(self, msg: str) -> None:
         print(f"zonegate dev: {msg}", flush=True)
@@ -195,6 +212,7 @@ class Launcher:
         else:
             self.cfg = new_config(self.data, a.nodes or 12, a.host, a.port)
             self.say(f"new cluster: wrote {self.config_path}")
+        self._lifecycle_day(a.lifecycle_day_seconds)
         deadline = time.monotonic() + 5  # a gateway that is still stopping frees it soon
         while not port_free(a.host, a.port):
             if time.monotonic() > deadline:
@@ -208,13 +226,15 @@ class Launcher:
         if made:
             self.say(f"created {made} emulated zoned drives ({a.zones} zones of "
                      f"{a.zone_size // MiB} MiB each, sparse)")
+        self._check_disk()
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         for k, v in MALLOC_ENV.items():
             self.env.setdefault(k, v)
         exe = [sys.executable, "-m", "gateway.cli"]
+        node_exe = [sys.executable, "-m", "gateway.cli.devnode"]  # `zonegate node`, leaner
         logs = self.data / "logs"
         for node in self.cfg["nodes"]:
-            self.children.append(Child(node["id"], exe + [
+            self.children.append(Child(node["id"], node_exe + [
                 "node", "--config", str(self.config_path), "--id", node["id"],
                 "--log-format", a.log_format], logs / f"{node['id']}.log"))
         # info: each worker's start and stop (uvicorn writes no line per request here)
@@ -226,6 +246,30 @@ class Launcher:
             self.ca, self.cert, key = ensure_dev_ca(self.data / "tls", (a.host,))
             serve += ["--tls-cert", str(self.cert), "--tls-key", str(key)]
         self.gateway = Child("gateway", serve, logs / "gateway.log")
+
+    def _check_disk(self) -> None:
+        """One line when the sparse drives promise more than the disk under them holds:
+        writes would fail with ENOSPC long before the drives look full."""
+        promised = drive_promise(self.cfg)
+        free = shutil.disk_usage(self.data).free
+        if promised > free:
+            self.say(f"warning: the emulated drives may still grow by {promised / GiB:.1f} GiB "
+                     f"but the disk under {_shown(self.data)} has {free / GiB:.1f} GiB free "
+                     "(smaller drives: --zones / --zone-size in a new data directory)")
+
+    def _lifecycle_day(self, seconds: float | None) -> None:
+        gw = self.cfg.setdefault("gateway", {})
+        if seconds is not None:
+            if seconds < 0:
+                raise ValueError("--lifecycle-day-seconds must be 0 (real days) or more")
+            if seconds:
+                gw["lifecycle_day_seconds"] = seconds
+            else:
+                gw.pop("lifecycle_day_seconds", None)
+        day = gw.get("lifecycle_day_seconds")
+        if day:
+            self.say(f"a lifecycle day lasts {day:g} s ([gateway] lifecycle_day_seconds; "
+                     "--lifecycle-day-seconds 0 for real days)")
 
     def _set_aside_stale_wal(self, meta: Path) -> None:
         # A WAL left behind by a deleted database would be replayed into the new, empty one.
@@ -299,7 +343,8 @@ class Launcher:
     def _port_stolen(self, c: Child) -> bool:
         """A node that died because another process took its port between our check and its
         bind (ports near a random test port lie in the kernel's ephemeral range): give it
-        another port and start it again. Only before the gateway has read the config."""
+        another port and start it again (and the gateway, which read the old one, once the
+        nodes are up). Only during the start."""
         node = next((n for n in self.cfg["nodes"] if n["id"] == c.name), None)
         if node is None or len(c.starts) > 3:
             return False
@@ -311,20 +356,35 @@ class Launcher:
         self.say(f"{c.name}: port {port} was taken by another process, moving it to {new}")
         node["url"] = f"http://{host}:{new}"
         write_config(self.config_path, self.cfg)
+        self._moved = True
         c.spawn(self.env, self.keep_fds)
         return True
 
     def start(self) -> bool:
+        """Start the nodes and the gateway together (the gateway waits for its write quorum
+        by itself and answers 503 until then), then wait for all of them by probing."""
         nodes = {n["id"]: n for n in self.cfg["nodes"]}
+        assert self.gateway is not None
         for c in self.children:
             c.spawn(self.env, self.keep_fds)
-        self.say(f"started {len(self.children)} node daemons, waiting for them")
+        # Recovery must finish before the gateway opens the store it rebuilds.
+        early = not self.args.recover_metadata
+        if early:
+            self.gateway.spawn(self.env, self.keep_fds)
+        self.say(f"started {len(self.children)} node daemons"
+                 f"{' and the gateway' if early else ''}, waiting for them")
+        self._moved = False
         if not self._wait("nodes", self.children, lambda c: self._node_ready(nodes[c.name])):
             return False
-        if self.args.recover_metadata and not self._recover_metadata():
-            return False
-        assert self.gateway is not None
-        self.gateway.spawn(self.env, self.keep_fds)
+        if early and self._moved:
+            # a node moved to another port after the gateway had read the config
+            self.say("restarting the gateway for the nodes' new ports")
+            self._stop([self.gateway])
+            self.gateway.spawn(self.env, self.keep_fds)
+        if self.args.recover_metadata:
+            if not self._recover_metadata():
+                return False
+            self.gateway.spawn(self.env, self.keep_fds)
         if not self._wait("the gateway", [self.gateway], lambda c: self._gateway_ready()):
             return False
         if self.args.prometheus:
@@ -357,23 +417,49 @@ class Launcher:
         status = _http_status(self.endpoint, "/health/ready", {})
         return status is not None and status < 500
 
-    def banner(self) -> None:
+    def client_env(self) -> dict[str, str]:
+        """What an S3 client needs to reach this cluster as its root user (boto3 and the
+        aws cli read every one of these from the environment)."""
         root = next(u for u in self.cfg["users"] if u.get("name") == ROOT_USER)
-        ak, sk = root["access_key"], root["secret_key"]
-        region = self.cfg.get("gateway", {}).get("region", "us-east-1")
-        verify = f" --ca-bundle {self.ca}" if self.ca else ""
-        aws = "aws"
-        venv_aws = Path(sys.executable).with_name("aws")
-        if not shutil.which("aws") and venv_aws.exists():
-            aws = str(venv_aws)  # the aws cli that `make` installed into the venv
+        env = {"AWS_ENDPOINT_URL": self.endpoint,
+               "AWS_ACCESS_KEY_ID": root["access_key"],
+               "AWS_SECRET_ACCESS_KEY": root["secret_key"],
+               "AWS_DEFAULT_REGION": self.cfg.get("gateway", {}).get("region", "us-east-1")}
+        if self.ca:
+            env["AWS_CA_BUNDLE"] = str(self.ca)
+        return env
+
+    def write_env_file(self, env: dict[str, str]) -> Path:
+        """DATA/env.sh: the client environment as `export` lines, for `. data/env.sh`."""
+        path = self.data / ENV_NAME
+        text = "# ZoneGate dev cluster: `. " + _shown(path) + "` points S3 clients at it.\n"
+        text += "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+        if self.ca:
+            # not set by default: it replaces the system's CAs for everything in the shell
+            text += ("# CRT-based clients (boto3's CRT transfer client, s3torchconnector) and "
+                     "rustls ones (obstore, polars) trust the CA through this instead:\n"
+                     f"# export SSL_CERT_FILE={shlex.quote(str(self.ca))}\n")
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds a secret
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        return path
+
+    def banner(self) -> None:
+        env = self.client_env()
+        env_file = self.write_env_file(env)
+        found = ""
+        if self.config_path == Path.cwd().resolve() / "data" / CONFIG_NAME:
+            found = ": `zonegate status`, `repair`, `user`... find it there by themselves"
         lines = [
             f"{READY_BANNER}: {len(self.children)} nodes, gateway pid {self.gateway.proc.pid}",
             f"  endpoint:    {self.endpoint}",
-            f"  access key:  {ak}",
-            f"  secret key:  {sk}",
-            f"  region:      {region}",
-            f"  data:        {self.data}   (config {self.config_path})",
-            f"  logs:        {self.data / 'logs'}",
+            f"  access key:  {env['AWS_ACCESS_KEY_ID']}",
+            f"  secret key:  {env['AWS_SECRET_ACCESS_KEY']}",
+            f"  region:      {env['AWS_DEFAULT_REGION']}",
+            f"  data:        {_shown(self.data)}   (config {_shown(self.config_path)}{found})",
+            f"  logs:        {_shown(self.data / 'logs')}",
         ]
         if self.cfg.get("gateway", {}).get("console", True) is not False:
             lines.append(f"  console:     {self.endpoint}/console/   (log in with the keys above)")
@@ -381,12 +467,16 @@ class Launcher:
             lines.append(f"  trust CA:    {self.ca}   (e.g. AWS_CA_BUNDLE / SSL_CERT_FILE)")
         if self.prometheus_url:
             lines.append(f"  prometheus:  {self.prometheus_url}")
-        lines += [
-            "  try:",
-            f"    AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION={region} \\",
-            f"      {aws} --endpoint-url {self.endpoint}{verify} s3 ls",
-            "  Ctrl-C stops the cluster.",
-        ]
+        lines.append(f"In another shell, `. {_shown(env_file)}` or paste:")
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+        bindir = Path(sys.executable).parent
+        if (bindir / "aws").exists() and shutil.which("aws") != str(bindir / "aws"):
+            # `make run` installed zonegate and the aws cli into the venv, not onto PATH
+            lines.append(f"then `. {_shown(bindir / 'activate')}` for its zonegate and aws, "
+                         "and try: aws s3 ls")
+        else:
+            lines.append("then try: aws s3 ls")
+        lines.append("Ctrl-C stops the cluster.")
         print("\n".join(lines), flush=True)
 
     # -- supervision

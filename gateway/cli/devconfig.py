@@ -6,6 +6,7 @@ claimed against other `zonegate dev` launchers on the machine."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import random
 import secrets
@@ -18,7 +19,12 @@ from typing import Any
 import tomli_w
 
 from erasure.config import ClusterConfig
-from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_drive
+from zonestore.emulated import (
+    GEOMETRY_FILE,
+    Geometry,
+    create_emulated_drive,
+    is_emulated_drive,
+)
 
 ROOT_USER = "root"
 DRIVES_PER_NODE = 2
@@ -219,3 +225,24 @@ def ensure_sse(cfg: dict[str, Any], data: Path, tls: bool) -> list[str]:
     gw["sse_c_allow_http"] = not tls
     return notes
 
+
+def drive_promise(cfg: dict[str, Any]) -> int:
+    """Bytes the emulated drives may still take from the disk under them: every zone's
+    capacity less what its sparse file holds already."""
+    total = 0
+    for node in cfg["nodes"]:
+        for drive in node["drives"]:
+            root = Path(drive)
+            try:
+                geo = json.loads((root / GEOMETRY_FILE).read_text())
+                cap = int(geo.get("zone_capacity") or geo["zone_size"])
+                entries = list(os.scandir(root / "zones"))
+            except (OSError, ValueError, KeyError):
+                continue  # not an emulated drive (a real one promises nothing here)
+            for e in entries:
+                try:
+                    held = e.stat().st_blocks * 512
+                except OSError:
+                    continue
+                total += max(0, cap - held)
+    return total

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from erasure import cli as erasure_cli
 from gateway.cli import dev as gateway_dev
@@ -17,6 +18,42 @@ from gateway.store import bucketmarkers as gateway_bucketmarkers
 from gateway.store import partowners as gateway_audit
 from gateway.store import recover as gateway_recover
 from zonestore import cli as zonestore_cli
+
+# Where `zonegate dev` (`make run`) writes its cluster file: the subcommands that take --config
+# look there, relative to the working directory, when it is left out.
+DEFAULT_CONFIG = Path("data") / "zonegate.toml"
+_FIND_CONFIG = object()  # --config left out: DEFAULT_CONFIG, if it is there
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sp in action.choices.values():
+                yield sp
+                yield from _subparsers(sp)
+
+
+def _default_config(parser: argparse.ArgumentParser) -> None:
+    """Make every subcommand's required --config optional, defaulting to DEFAULT_CONFIG.
+    Done here, where the layers' parsers are composed, so that no layer needs to know where
+    the dev cluster keeps its file."""
+    for sp in _subparsers(parser):
+        for action in sp._actions:
+            if action.dest == "config" and action.required:
+                action.required = False
+                action.default = _FIND_CONFIG
+                action.help = f"{action.help or 'cluster config'} (default ./{DEFAULT_CONFIG})"
+
+
+def resolve_config(args: argparse.Namespace) -> None:
+    """A left-out --config becomes ./data/zonegate.toml, or a one-line error saying where it
+    was looked for."""
+    if getattr(args, "config", None) is not _FIND_CONFIG:
+        return
+    if not DEFAULT_CONFIG.is_file():
+        raise FileNotFoundError(f"no --config given and no ./{DEFAULT_CONFIG} in {Path.cwd()} "
+                                "(`make run` / `zonegate dev` writes it there)")
+    args.config = str(DEFAULT_CONFIG)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway_metadata.register(sub)
     gateway_users.register(sub)
     gateway_layout.register(sub)
+    _default_config(parser)
     return parser
 
 
@@ -42,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        resolve_config(args)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

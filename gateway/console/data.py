@@ -87,16 +87,21 @@ async def node_stats(cluster: Any) -> dict[str, tuple[dict | None, str | None]]:
 
 
 def _drive_capacity(d: dict[str, Any]) -> dict[str, int | None]:
-    """Capacity of one drive from its stats. Newer nodes may report writable / stranded /
-    garbage bytes themselves; otherwise writable is the free space and garbage what is
-    written but no longer live."""
+    """Capacity of one drive from its stats: the one computation of writable space that the
+    overview and the zone map both show (the node's own space accounting, zonestore/space.py,
+    which holds some empty zones back as a reserve for reclaim and deletes). Older nodes:
+    writable is the free space and garbage what is written but no longer live. `total` is
+    what the parts add up to (the sequential zones' capacity), `used` the bytes written."""
     used, live = d.get("used_bytes"), d.get("live_bytes")
     garbage = d.get("garbage_bytes")
     if garbage is None and used is not None and live is not None:
         garbage = max(0, used - live)
     writable = d.get("writable_bytes", d.get("free_bytes"))
+    reserve = d.get("reserve_bytes")
+    parts = (live, garbage, d.get("stranded_bytes"), writable, reserve)
+    total = sum(v for v in parts if v is not None) if writable is not None else None
     return {"writable": writable, "stranded": d.get("stranded_bytes"), "garbage": garbage,
-            "live": live, "used": used}
+            "live": live, "used": used, "reserve": reserve, "total": total}
 
 
 def _add(total: dict[str, int | None], part: dict[str, int | None]) -> None:
@@ -228,7 +233,7 @@ class ConsoleData:
             "health": {**health, "ok": health["write_quorum"] and health["read_quorum"]},
             "nodes": nodes,
             "capacity": {**{k: totals.get(k) for k in ("writable", "stranded", "garbage",
-                                                        "live", "used")},
+                                                        "live", "used", "reserve", "total")},
                          "records": records,
                          "source": "/".join(sorted(sources)) or None,
                          "write_amplification": (wa_device / wa_user) if wa_user else None,
@@ -243,7 +248,12 @@ class ConsoleData:
     async def _zone_map(self) -> dict[str, Any]:
         cluster = self.cluster
         clients = dict(getattr(cluster, "clients", {}) or {})
-        results = await asyncio.gather(*(self._node_zones(c) for c in clients.values()))
+        results, stats = await asyncio.gather(
+            asyncio.gather(*(self._node_zones(c) for c in clients.values())),
+            self._stats.get(lambda: node_stats(cluster)))
+        for node in results:
+            if node["source"] == "zones":
+                _capacity_from_stats(node, (stats.get(node["id"]) or (None, None))[0])
         return {"t": time.time(), "nodes": results}
 
     async def _node_zones(self, client: Any) -> dict[str, Any]:
@@ -275,6 +285,18 @@ class ConsoleData:
         out["source"] = "stats"
         out["drives"] = [_drive_from_stats(d) for d in st.get("drives", [])]
         return out
+
+
+def _capacity_from_stats(node: dict[str, Any], st: dict[str, Any] | None) -> None:
+    """Give the zone map's drives the capacity the overview shows (the node's own space
+    accounting in its stats) instead of the sum over their zones, which cannot tell the
+    reserved empty zones from writable ones: one drive read 15.5 GiB writable on the map and
+    15.2 on the overview."""
+    by_drive = {d.get("drive"): d for d in (st or {}).get("drives", [])}
+    for drive in node["drives"]:
+        d = by_drive.get(drive.get("drive"))
+        if d is not None and "stranded_bytes" in d:
+            drive["capacity"] = _drive_capacity(d)
 
 
 def _zones_drive(d: dict[str, Any]) -> dict[str, Any]:

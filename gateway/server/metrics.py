@@ -68,7 +68,9 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# Handler function name (gateway.server.app.route) -> S3 operation name.
+# Handler function name (gateway.server.app.route) -> S3 operation name (AWS's, as in its API
+# reference). Every handler route() can return needs one: tests/gateway/test_operation_names.py
+# walks the routes and fails on a handler missing here.
 OPERATION_NAMES = {
     "list_buckets": "ListBuckets",
     "create_bucket": "CreateBucket",
@@ -98,6 +100,31 @@ OPERATION_NAMES = {
     "get_bucket_cors": "GetBucketCors",
     "delete_bucket_cors": "DeleteBucketCors",
     "preflight": "PreflightRequest",
+    # tagging and lifecycle (gateway/ops/tagging.py, gateway/ops/lifecycle.py)
+    "put_bucket_tagging": "PutBucketTagging",
+    "get_bucket_tagging": "GetBucketTagging",
+    "delete_bucket_tagging": "DeleteBucketTagging",
+    "put_object_tagging": "PutObjectTagging",
+    "get_object_tagging": "GetObjectTagging",
+    "delete_object_tagging": "DeleteObjectTagging",
+    "put_bucket_lifecycle": "PutBucketLifecycleConfiguration",
+    "get_bucket_lifecycle": "GetBucketLifecycleConfiguration",
+    "delete_bucket_lifecycle": "DeleteBucketLifecycle",
+    # ACLs, policies, ownership, public access block (gateway/ops/acl_ops.py, policy_ops.py)
+    "get_bucket_acl": "GetBucketAcl",
+    "put_bucket_acl": "PutBucketAcl",
+    "get_object_acl": "GetObjectAcl",
+    "put_object_acl": "PutObjectAcl",
+    "get_policy": "GetBucketPolicy",
+    "put_policy": "PutBucketPolicy",
+    "delete_policy": "DeleteBucketPolicy",
+    "get_policy_status": "GetBucketPolicyStatus",
+    "get_ownership": "GetBucketOwnershipControls",
+    "put_ownership": "PutBucketOwnershipControls",
+    "delete_ownership": "DeleteBucketOwnershipControls",
+    "get_pab": "GetPublicAccessBlock",
+    "put_pab": "PutPublicAccessBlock",
+    "delete_pab": "DeletePublicAccessBlock",
 }
 UNKNOWN_OPERATION = "Unknown"  # no S3 operation matches (the app answers with an error)
 

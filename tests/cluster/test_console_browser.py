@@ -2,7 +2,9 @@
 with the keyboard, see health and nodes, watch the zone map change after uploads and deletes
 made with boto3, move through zones with the arrow keys, browse a bucket and download through
 the presigned link, read well at 1280×800 and 390×844 (screenshots are kept in the test's
-tmp dir), log out.
+tmp dir), log out. Hidden elements are not displayed (no tabs or "Log out" on the login
+page), every S3 operation has its name in the operations table, the capacity card reads
+used / total (percent), and each drive's writable figure is the same on both pages.
 
 Needs Debian's `chromium` (`.ci/run` installs it); skips without it."""
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -29,6 +32,9 @@ ZONES = 24
 SHARDS = 10
 
 CELLS = "[...document.querySelectorAll('#zonemap .cell')]"
+# whether the tab bar, the user box with "Log out" and the login form take up space on screen
+SHOWN = ("(() => { const on = (s) => getComputedStyle(document.querySelector(s)).display "
+         "!== 'none'; return {tabs: on('#tabs'), who: on('#who'), login: on('#login')}; })()")
 WRITTEN = f"{CELLS}.reduce((s, c) => s + Number(c.dataset.written || 0), 0)"
 GARBAGE = f"{CELLS}.reduce((s, c) => s + Number(c.dataset.garbage || 0), 0)"
 
@@ -64,9 +70,19 @@ def test_console_in_chromium(dev, browser, tmp_path):
     s3.create_bucket(Bucket="datasets")
     s3.put_object(Bucket="datasets", Key="readme.txt", Body=b"tokenized shards live here\n")
 
+    # every operation has its name in the console's table (none counted as Unknown)
+    s3.put_bucket_tagging(Bucket="datasets", Tagging={"TagSet": [{"Key": "team", "Value": "ml"}]})
+    s3.get_bucket_acl(Bucket="datasets")
+    s3.get_public_access_block(Bucket="datasets")
+    s3.put_bucket_ownership_controls(Bucket="datasets", OwnershipControls={
+        "Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]})
+
     b.viewport(1280, 800)
     b.goto(dev.endpoint + "/console/")
     b.wait("document.readyState === 'complete' && !document.querySelector('#login').hidden")
+    # the login page shows no tabs and no "Log out" (`hidden` beats the flex display)
+    assert b.eval(SHOWN) == {"tabs": False, "who": False, "login": True}
+    b.screenshot(tmp_path / "login-1280x800.png")
 
     # a wrong secret is refused in the page
     b.eval("document.querySelector('#access_key').focus()")
@@ -91,6 +107,18 @@ def test_console_in_chromium(dev, browser, tmp_path):
     text = b.eval("document.querySelector('#view-overview').innerText")
     assert f"{NODES} of {NODES}" in text and "8+2" in text
     b.wait("document.querySelector('#ops').innerText.includes('PutObject')")
+    assert b.eval(SHOWN) == {"tabs": True, "who": True, "login": False}
+    ops = b.eval("[...document.querySelectorAll('#ops tbody th')].map(th => th.textContent)")
+    for op in ("PutBucketTagging", "GetBucketAcl", "GetPublicAccessBlock",
+               "PutBucketOwnershipControls"):
+        assert op in ops, ops
+    assert "Unknown" not in ops
+    # the capacity card: used / total (percent), the bar drawn against the total
+    used = b.eval("document.querySelector('#capacity-used').textContent")
+    assert re.fullmatch(r"[\d.]+ [KMGT]?i?B / [\d.]+ [KMGT]iB used \(\d+\.\d%\)", used), used
+    # each drive's writable figure, to compare with the zone map's
+    writable = b.eval("[...document.querySelectorAll('#nodes tbody tr')].map(tr => "
+                      "tr.querySelectorAll('td.num')[2].textContent)")
     b.screenshot(tmp_path / "overview-1280x800.png")
 
     # the zone map, reached with the keyboard from the tab bar
@@ -99,6 +127,8 @@ def test_console_in_chromium(dev, browser, tmp_path):
     assert _focused(b)["id"] == "tab-zones"
     b.wait(f"{CELLS}.length === {DRIVES * ZONES}")
     before = _cells_summary(b)
+    sums = b.eval("[...document.querySelectorAll('#zonemap .drive .sum')].map(e => e.textContent)")
+    assert [re.search(r"writable ([^·]+?)( ·|$)", t).group(1) for t in sums] == writable
     assert set(before["by"]) <= {"empty", "open", "closed", "full", "conventional", "offline"}
     assert before["by"].get("conventional") == DRIVES * 2  # each emulated drive has 2
 
@@ -163,6 +193,7 @@ def test_console_in_chromium(dev, browser, tmp_path):
     # log out: back to the form, the API is closed
     b.click("#logout")
     b.wait("!document.querySelector('#login').hidden")
+    assert b.eval(SHOWN) == {"tabs": False, "who": False, "login": True}
     status = b.eval("fetch('/console/api/overview').then(r => r.status)", await_promise=True)
     assert status == 401
 

@@ -235,6 +235,33 @@ def test_overview_shows_health_nodes_capacity_and_requests(gw, alice):
     assert not any(op.startswith("/console") for op in ops)
 
 
+def test_capacity_adds_up_and_writable_agrees_between_overview_and_zone_map(gw, alice):
+    """One computation of a drive's writable space (the node's, which holds empty zones back
+    as a reserve) on both pages; the capacity card's total is what the parts add up to."""
+    for _ in range(5):  # both pages at one moment: a background write may come between
+        _, ov = alice.get_json("overview")
+        _, zm = alice.get_json("zones")
+        over = {(n["id"], d["drive"]): d["capacity"]["writable"]
+                for n in ov["nodes"] for d in n["drives"]}
+        zone = {(n["id"], d["drive"]): d["capacity"]["writable"]
+                for n in zm["nodes"] for d in n["drives"]}
+        if over == zone:
+            break
+        time.sleep(1.2)
+    assert over == zone and len(over) == 6
+    # the room of the writable-looking zones is more: the reserve is not writable by puts
+    for n in zm["nodes"]:
+        for d in n["drives"]:
+            room = sum(z["capacity"] - z["written"] for z in d["zones"]
+                       if z["cond"] in ("empty", "open", "closed"))
+            assert room > d["capacity"]["writable"]
+    cap = ov["capacity"]
+    assert cap["reserve"] > 0
+    assert cap["total"] == (cap["live"] + cap["garbage"] + cap["stranded"] + cap["writable"]
+                            + cap["reserve"])
+    assert 0 < cap["used"] <= cap["total"]
+
+
 def _written(doc: dict) -> int:
     return sum(z["written"] for n in doc["nodes"] for d in n["drives"] for z in d["zones"])
 

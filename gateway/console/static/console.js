@@ -179,18 +179,31 @@ function renderOverview(doc) {
         ["Down", h.nodes_down.join(", ") || "none", h.nodes_down.length ? "bad" : null]]));
 
   const c = doc.capacity;
-  const capTotal = (c.live || 0) + (c.garbage || 0) + (c.writable || 0) + (c.stranded || 0);
-  const bar = el("div", { class: "bar", role: "img",
-    "aria-label": `live ${bytes(c.live)}, garbage ${bytes(c.garbage)}, writable ${bytes(c.writable)}` });
-  for (const [k, cls] of [["live", "live"], ["garbage", "garbage"], ["stranded", "stranded"]]) {
+  // total: what the parts add up to (the nodes' accounting); older nodes: the parts known
+  const capTotal = c.total || ((c.live || 0) + (c.garbage || 0) + (c.stranded || 0) + (c.writable || 0) + (c.reserve || 0));
+  // used: written (live or garbage) or stranded; the rest is writable, or held back as the
+  // reserve reclaim and deletes write into
+  const used = (c.live || 0) + (c.garbage || 0) + (c.stranded || 0);
+  const pct = capTotal ? (100 * used / capTotal) : null;
+  const parts = [["live", "live"], ["garbage", "garbage"], ["stranded", "stranded"], ["reserve", "reserve"]];
+  const bar = el("div", { class: "bar", role: "img", id: "capacity-bar",
+    "aria-label": `${pct === null ? "–" : pct.toFixed(1) + "%"} of ${bytes(capTotal)} used: live ${bytes(c.live)}, ` +
+                  `garbage ${bytes(c.garbage)}, stranded ${bytes(c.stranded)}, reserve ${bytes(c.reserve)}; ` +
+                  `${bytes(c.writable)} writable` });
+  for (const [k, cls] of parts) {
     const s = el("span", { class: cls });
     s.style.width = capTotal ? `${100 * (c[k] || 0) / capTotal}%` : "0";
     bar.append(s);
   }
+  const legend = el("div", { class: "legend-bar", "aria-hidden": "true" },
+    ...[...parts, ["writable", "writable"]].map(([k, cls]) => el("span", {}, el("i", { class: cls }), k)));
   const zones = Object.entries(c.zones_by_condition).map(([k, v]) => `${k} ${v}`).join(", ");
   $("#capacity").replaceChildren(
-    el("div", { class: "big", text: `${bytes(c.writable)} writable` }), bar,
-    kv([["Live", bytes(c.live)], ["Garbage", bytes(c.garbage)], ["Stranded", bytes(c.stranded)],
+    el("div", { class: "big", id: "capacity-used",
+                text: `${bytes(used)} / ${bytes(capTotal)} used (${pct === null ? "–" : pct.toFixed(1) + "%"})` }),
+    bar, legend,
+    kv([["Writable", bytes(c.writable)], ["Live", bytes(c.live)], ["Garbage", bytes(c.garbage)],
+        ["Stranded", bytes(c.stranded)], ["Reserve", bytes(c.reserve)],
         ["Records", num(c.records)],
         ["Write amplification", c.write_amplification ? c.write_amplification.toFixed(3) : "–"],
         ["Zones", zones || "–"],
@@ -318,7 +331,8 @@ function renderZones(doc) {
       const cap = d.capacity || {};
       row.querySelector(".sum").textContent =
         `live ${bytes(cap.live)} · garbage ${bytes(cap.garbage)} · writable ${bytes(cap.writable)}` +
-        (cap.stranded ? ` · stranded ${bytes(cap.stranded)}` : "");
+        (cap.stranded ? ` · stranded ${bytes(cap.stranded)}` : "") +
+        (cap.reserve ? ` · reserve ${bytes(cap.reserve)}` : "");  // empty zones held back
       const cells = row.querySelectorAll(".cell");
       d.zones.forEach((z, i) => {
         const label = zoneLabel(n.id, d, z);

@@ -72,6 +72,17 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # reference). Every handler route() can return needs one: tests/gateway/test_operation_names.py
 # walks the routes and fails on a handler missing here.
 OPERATION_NAMES = {
+    "get_object_attributes": "GetObjectAttributes",
+    "put_bucket_encryption": "PutBucketEncryption",
+    "get_bucket_encryption": "GetBucketEncryption",
+    "delete_bucket_encryption": "DeleteBucketEncryption",
+    "put_lock_config": "PutObjectLockConfiguration",
+    "get_lock_config": "GetObjectLockConfiguration",
+    "put_retention": "PutObjectRetention",
+    "get_retention": "GetObjectRetention",
+    "put_legal_hold": "PutObjectLegalHold",
+    "get_legal_hold": "GetObjectLegalHold",
+    "post_object": "PostObject",
     "list_buckets": "ListBuckets",
     "create_bucket": "CreateBucket",
     "head_bucket": "HeadBucket",

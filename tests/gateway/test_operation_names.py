@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from starlette.requests import Request
 
 from gateway.s3.errors import S3Error
-from gateway.server import app as gwapp
+from gateway.server import routes as gwapp
 from gateway.server.metrics import OPERATION_NAMES, UNKNOWN_OPERATION, operation_of
 
 METHODS = ("GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS", "PATCH")

@@ -130,10 +130,22 @@ async def test_healer_and_repair_survive_a_node_leaving_the_cluster_file(
         for uid in victims[:3]:
             frags = await where(c, uid)
             assert sorted(frags) == list(range(6))
-        # the healer's path: a record naming node05
+        # the healer's path: a record naming node05, whose part the repair above already
+        # made whole: the heal finds it so (it looks first) and rebuilds nothing twice
         uid = victims[3]
         written = await heal(c, layouts[uid], [])
+        assert "node05" not in written.values()
+        assert sorted(await where(c, uid)) == list(range(6))
+    # a part not repaired yet: the heal rebuilds its node05 fragment on a known node
+    async with ErasureCluster(all_nodes, auto_repair=False) as c:
+        fresh = {f"h{i:03d}": rng.randbytes(80_000) for i in range(25)}
+        lays = {uid: await put(c, uid, b) for uid, b in fresh.items()}
+    uid = next(u for u, lay in lays.items() if "node05" in lay.placement.values())
+    async with ErasureCluster(without, auto_repair=False) as c:
+        written = await heal(c, lays[uid], [])
         assert written and "node05" not in written.values()
+        assert sorted(await where(c, uid)) == list(range(6))
+        assert await read(c, lays[uid]) == fresh[uid]
 
 
 async def test_old_parts_keep_their_scheme_after_a_switch(seven: NodeCluster,

@@ -37,7 +37,7 @@ from typing import Any
 
 from gateway.metadata.store import VersionRecord
 from gateway.s3.errors import S3Error
-from gateway.store.storage import FAILED_WRITE_DELAY, layout_to_dict
+from gateway.store.records import FAILED_WRITE_DELAY, layout_to_dict
 from gateway.store.streamhints import stream_hint
 
 log = logging.getLogger("zonegate.deletemarkers")

@@ -20,12 +20,14 @@ import hashlib
 import logging
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from erasure.codec import segments
 from gateway.s3 import checksums
 from gateway.s3.errors import S3Error
+from gateway.store.deletemarkers import BATCH_PREFIX
+from gateway.store.deletemarkers import settle as settle_batch
+from gateway.store.records import FAILED_WRITE_DELAY, layout_to_dict
 
 log = logging.getLogger("zonegate.storage")
 
@@ -40,16 +42,6 @@ def new_version() -> str:
 
 def part_uid(version: str, number: int) -> str:
     return f"{version}.p{number}"
-
-
-def layout_to_dict(layout: Any) -> dict[str, Any]:
-    if isinstance(layout, dict):
-        return layout
-    if hasattr(layout, "to_dict"):
-        return layout.to_dict()
-    if is_dataclass(layout):
-        return asdict(layout)
-    raise TypeError(f"cannot serialise layout {layout!r}")
 
 
 async def coalesce(chunks: AsyncIterable[bytes], size: int = COALESCE) -> AsyncIterator[bytes]:
@@ -97,9 +89,6 @@ class CopyBody:
 
 
 PENDING_GRACE = 6 * 3600.0
-# A failed write's leftovers are looked for this long after it failed: time enough for a node
-# still committing an archive whose answer the writer gave up on.
-FAILED_WRITE_DELAY = 60.0
 # An orphan entry narrowed to the nodes that were down is first tried again this much later.
 DOWN_RETRY = 60.0
 
@@ -293,8 +282,6 @@ class Storage:
         entry leased: it comes back after the lease. A batch part of delete markers goes
         only once none of its markers is stored, its live ones moved to a new part first
         (gateway/store/deletemarkers.py: settle)."""
-        from gateway.store.deletemarkers import BATCH_PREFIX
-        from gateway.store.deletemarkers import settle as settle_batch
         freed = 0
         if self.nodes_back:
             await store.wake_orphans()

@@ -24,7 +24,7 @@ from typing import Any
 from gateway.metadata.store import ObjectRecord
 from gateway.s3.errors import S3Error
 from gateway.s3.lockrules import lock_of, with_lock
-from gateway.store.storage import FAILED_WRITE_DELAY, layout_to_dict
+from gateway.store.records import FAILED_WRITE_DELAY, layout_to_dict
 from gateway.store.streamhints import stream_hint
 
 KIND = "object-tags"

@@ -37,6 +37,7 @@ class Damage:
     rebuild: list[int]             # fragment indexes to rebuild
     reasons: dict[int, str]
     layout: PartLayout | None = None  # from the repair queue, when there is a record
+    targets: dict[int, str] | None = None  # where each rebuilt fragment goes (the mover's)
 
 
 @dataclass
@@ -194,6 +195,8 @@ async def _verify(cluster: ErasureCluster, p: ScannedPart, index: int, node: str
 
 
 def _targets(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
+    if d.targets is not None:
+        return dict(d.targets)
     p = d.part
     holders = {nodes[0] for i, nodes in p.fragments.items() if i not in d.rebuild}
     wanted = d.layout.placement if d.layout else dict(enumerate(cluster.placement.primary(

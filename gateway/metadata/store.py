@@ -15,6 +15,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.metadata.moves import MovesStore
 from gateway.metadata.queues import QueueStore
 from gateway.s3.errors import S3Error
 
@@ -191,7 +192,7 @@ class StoreUnavailableError(S3Error):
         return self.detail
 
 
-class MetadataStore(QueueStore, abc.ABC):
+class MetadataStore(QueueStore, MovesStore, abc.ABC):
     """What the S3 operations need from metadata. Old layouts freed by a call are queued in the
     orphan queue inside the same transaction, so a crash never loses track of them.
 
@@ -476,6 +477,7 @@ class MetadataStore(QueueStore, abc.ABC):
         worker no longer holds the lease."""
 
     # repair queue and deletion records: see gateway/metadata/queues.py (QueueStore)
+    # recorded layouts and the data mover's leases: gateway/metadata/moves.py (MovesStore)
 
     # fragment audit
     @abc.abstractmethod

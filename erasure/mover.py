@@ -1,0 +1,548 @@
+"""The data mover: one background engine for rebalance, drain, drive replacement and removal.
+
+A run works through every part the caller records (a `PartIndex`: the gateway's metadata
+store) in two phases, its progress kept in a `MoveStore` (the same store) so that any gateway
+can resume it after a crash:
+- *tally*: bytes of fragments each node holds (from the recorded layouts), and what is left to
+  move (fragments on nodes that must give them up, plus what the fullest nodes hold above their
+  share);
+- *move*: for each part, `moveplan.Planner.plan` says which fragments go where; each part is
+  leased (`part:<uid>`, with a journal of the copies it touches) and moved: copy to the new home
+  (verified stream, `rehome.copy_one`) or rebuild from parity (`repair.rebuild`) when the source
+  is gone or unreadable, then compare-and-set of the part's recorded layout, then deletion of
+  the copies the recorded layout no longer names. A part never has fewer durable fragments
+  than before its move; a crash leaves a lease whose journal the next run finishes (`tidy`).
+  Passes repeat until nothing is left to move or a pass makes no progress.
+The run itself is leased (`run`), so one gateway at a time moves; a new layout version or an
+operator's request (`request`) starts a new run. Copies are paced by a `Throttle` (bytes/s per
+node and cluster-wide, `[erasure] move_rate` / `move_rate_total`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from erasure.clusterlayout import ClusterLayout
+from erasure.layout import PartLayout, archive_id
+from erasure.moveplan import Fill, Move, Planner, moved, plan
+from erasure.nodeclient import NodeError, RecordMissing
+
+if TYPE_CHECKING:
+    from erasure.cluster import ErasureCluster
+
+__all__ = ["Fill", "Move", "MoveStore", "Mover", "PartIndex", "Throttle", "plan"]
+
+log = logging.getLogger(__name__)
+RUN_LEASE = 120.0    # seconds the run is this mover's alone (renewed as it goes)
+PART_LEASE = 600.0   # seconds a part being moved is this mover's alone
+PAGE = 200           # recorded parts per index page
+MAX_PASSES = 4       # passes over the index per run while moves keep succeeding
+SAVE_EVERY = 5.0     # seconds between saves of the run's progress
+
+
+class PartIndex(Protocol):
+    """The parts a caller records, with their layouts (the gateway: object versions' and
+    uploads' parts in its metadata store). `ref`s are opaque and stable while the record is."""
+
+    async def page(self, cursor: str, limit: int
+                   ) -> tuple[list[tuple[str, PartLayout]], str | None]:
+        """Up to about `limit` parts after `cursor` ("" = the start) and the next cursor
+        (None at the end)."""
+
+    async def get(self, ref: str) -> PartLayout | None:
+        """The layout recorded at `ref` now (None: the record is gone)."""
+
+    async def commit(self, ref: str, old: PartLayout, new: PartLayout) -> bool:
+        """Record `new` at `ref` if `old` is still recorded there (compare-and-set)."""
+
+
+class MoveStore(Protocol):
+    """Durable leases with a JSON document each: the run's progress and the parts in flight."""
+
+    async def claim(self, name: str, owner: str, seconds: float,
+                    doc: dict[str, Any] | None = None) -> bool:
+        """Take or extend the lease `name` (free, expired or `owner`'s); `doc` replaces its
+        document when given. False: someone else holds it."""
+
+    async def save(self, name: str, owner: str, doc: dict[str, Any]) -> bool:
+        """Replace the document if `owner` holds the lease."""
+
+    async def get(self, name: str) -> dict[str, Any] | None: ...
+
+    async def release(self, name: str, owner: str, *, drop: bool = False) -> None:
+        """End `owner`'s lease (the document stays unless `drop`)."""
+
+    async def leftovers(self, prefix: str, limit: int = 100) -> list[tuple[str, dict[str, Any]]]:
+        """Expired leases under `prefix` with their documents (a crashed mover's parts)."""
+
+
+class Throttle:
+    """Paces bytes per node and in all: each bucket books its bytes on a virtual clock at its
+    rate and a caller waits until every bucket it uses is less than `burst` seconds ahead."""
+
+    def __init__(self, per_node: float = 0.0, total: float = 0.0, burst: float = 0.25) -> None:
+        self.per_node, self.total, self.burst = per_node, total, burst
+        self._clock: dict[str, float] = {}
+
+    def _book(self, name: str, rate: float, n: int, now: float) -> float:
+        if rate <= 0:
+            return 0.0
+        t = max(self._clock.get(name, now), now) + n / rate
+        self._clock[name] = t
+        return max(0.0, t - now - self.burst)
+
+    async def take(self, nodes: Iterable[str], n: int) -> None:
+        now = time.monotonic()
+        wait = max([self._book("*", self.total, n, now)]
+                   + [self._book(f"node:{x}", self.per_node, n, now) for x in set(nodes)])
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+
+@dataclass
+class RunState:
+    """A run's durable progress (the `run` lease's document)."""
+
+    version: int = 0            # layout version planned for
+    requested: float = 0.0      # the operator request this run answers (its time)
+    phase: str = "tally"        # tally | move | done
+    cursor: str = ""
+    passes: int = 0
+    held: dict[str, int] = field(default_factory=dict)   # bytes per node (tally, then planned)
+    parts: int = 0              # parts recorded (tally)
+    bytes_left: int = 0         # estimate: what still has to move
+    parts_left: int = 0         # estimate: parts with a fragment that has to move
+    moves: int = 0              # fragments moved (copied or rebuilt) and committed
+    rebuilt: int = 0            # of them rebuilt from parity
+    bytes_moved: int = 0
+    failed: int = 0             # moves that failed in the last pass
+    stuck: int = 0              # fragments with nowhere to go in the last pass
+    started: float = 0.0
+    updated: float = 0.0
+    finished: float = 0.0
+    owner: str = ""
+    rate: float = 0.0           # bytes/s moved, this run
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> RunState:
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in (d or {}).items() if k in known})
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds until done at the rate seen so far (None: unknown)."""
+        if self.phase == "done":
+            return 0.0
+        return self.bytes_left / self.rate if self.rate > 0 else None
+
+
+class Mover:
+    """The engine over one cluster, index and store. `layout()` gives the layout to move to
+    (the cluster's current one)."""
+
+    def __init__(self, cluster: ErasureCluster, index: PartIndex, store: MoveStore, *,
+                 owner: str, layout: Callable[[], ClusterLayout],
+                 rate: float = 0.0, rate_total: float = 0.0) -> None:
+        self.cluster = cluster
+        self.index = index
+        self.store = store
+        self.owner = owner
+        self.layout = layout
+        self.throttle = Throttle(rate, rate_total)
+        self.state = RunState()
+        self.stats: Counter[str] = Counter()  # this process: fragments/bytes moved, failures
+        self._saved = 0.0
+
+    # -- the run ----------------------------------------------------------------------------
+
+    async def request(self) -> None:
+        """Ask for a new run (an operator's `zonegate rebalance`): any mover picks it up."""
+        await self.store.claim("request", self.owner, 0.0, {"at": time.time()})
+
+    async def progress(self) -> RunState:
+        return RunState.from_dict(await self.store.get("run"))
+
+    async def run_once(self) -> RunState | None:
+        """Start or resume the run the current layout (or a request) calls for, to its end.
+        None when another mover holds the run."""
+        layout = self.layout()
+        if not await self.store.claim("run", self.owner, RUN_LEASE):
+            return None
+        try:
+            st = RunState.from_dict(await self.store.get("run"))
+            req = float((await self.store.get("request") or {}).get("at", 0.0))
+            if st.version != layout.version or req > st.requested:
+                st = RunState(version=layout.version, requested=max(req, st.requested),
+                              started=time.time())
+            if st.phase == "done":
+                self.state = st
+                return st
+            st.owner = self.owner
+            self.state = st
+            await self.finish_leftovers()
+            if st.phase == "tally":
+                await self._tally(layout, st)
+            if st.phase == "move":
+                await self._move(layout, st)
+            return st
+        except LostLease as e:
+            log.warning("%s", e)
+            return None
+        finally:
+            try:
+                await self._save(force=True)
+                await self.store.release("run", self.owner)
+            except LostLease:
+                pass
+
+    async def _save(self, force: bool = False) -> bool:
+        now = time.time()
+        if not force and now - self._saved < SAVE_EVERY:
+            return True
+        self._saved = now
+        self.state.updated = now
+        if not await self.store.claim("run", self.owner, RUN_LEASE):
+            raise LostLease("run")
+        return await self.store.save("run", self.owner, self.state.to_dict())
+
+    def _frag_bytes(self, part: PartLayout) -> int:
+        return self.cluster.codec_for(part.scheme).archive_length(part.length)
+
+    async def _tally(self, layout: ClusterLayout, st: RunState) -> None:
+        held: Counter[str] = Counter(st.held)
+        takes = {n.id for n in layout.writable()}
+        must = 0
+        while True:
+            items, nxt = await self.index.page(st.cursor, PAGE)
+            for _, part in items:
+                size = self._frag_bytes(part)
+                st.parts += 1
+                moving = False
+                for i, node in part.placement.items():
+                    if i in part.missing:
+                        continue
+                    held[node] += size
+                    if node not in takes:
+                        must += size
+                        moving = True
+                st.parts_left += moving
+            st.held = dict(held)
+            if nxt is None:
+                break
+            st.cursor = nxt
+            await self._save()
+        fill = Fill(layout, held)
+        st.bytes_left = must + fill.excess()
+        st.phase, st.cursor = "move", ""
+        await self._save(force=True)
+
+    async def _lost_scan(self, layout: ClusterLayout) -> dict[str, set[str]]:
+        """Record ids held by each node with a failed or replaced drive: fragments recorded
+        there but not found were on the lost drive."""
+        out: dict[str, set[str]] = {}
+        for n in layout.known():
+            if any(d.state in ("failed", "replaced") for d in n.drives):
+                client = self.cluster.clients.get(n.id)
+                if client is None:
+                    continue
+                try:
+                    out[n.id] = {r.id async for r in client.scan()}
+                except NodeError as e:
+                    log.warning("mover: cannot list %s (%s); its lost fragments wait", n.id, e)
+        return out
+
+    async def _lost(self, part: PartLayout, present: dict[str, set[str]]) -> list[int]:
+        out = []
+        for i, node in part.placement.items():
+            ids = present.get(node)
+            if ids is None or part.archive_id(i) in ids:
+                continue
+            try:  # written after the listing?
+                await self.cluster.clients[node].head(part.archive_id(i))
+            except RecordMissing:
+                out.append(i)
+            except NodeError:
+                pass
+        return out
+
+    async def _move(self, layout: ClusterLayout, st: RunState) -> None:
+        present = await self._lost_scan(layout)
+        started = time.monotonic()
+        moved_here = 0
+        while st.passes < MAX_PASSES:
+            down = {nid for nid, c in self.cluster.clients.items() if not c.writable}
+            planner = Planner(layout, fill=Fill(layout, st.held), unavailable=down)
+            done_before = st.moves
+            st.failed = st.stuck = 0
+            left_bytes = left_parts = 0
+            while True:
+                items, nxt = await self.index.page(st.cursor, PAGE)
+                for ref, part in items:
+                    size = self._frag_bytes(part)
+                    lost = await self._lost(part, present) if present else []
+                    moves = planner.plan(part, lost=lost, frag_bytes=size)
+                    st.stuck += _unplaced(layout, part, moves, lost)
+                    if not moves:
+                        continue
+                    ok = await self.move_part(ref, part, moves, size)
+                    for m in moves:
+                        if m in ok:
+                            st.moves += 1
+                            st.rebuilt += m.rebuild
+                            st.bytes_moved += size
+                            moved_here += size
+                        else:
+                            st.failed += 1
+                            left_bytes += size
+                            if m.src != m.dst:  # undo the plan's bookkeeping
+                                planner.fill.add(m.dst, -size)  # type: ignore[union-attr]
+                                planner.fill.add(m.src, size)   # type: ignore[union-attr]
+                    left_parts += len(ok) < len(moves)
+                    fill = planner.fill
+                    assert fill is not None
+                    st.held = dict(fill.held)
+                    st.rate = moved_here / max(time.monotonic() - started, 1e-3)
+                    st.bytes_left = max(0, st.bytes_left - size * len(ok))
+                    await self._save()
+                if nxt is None:
+                    break
+                st.cursor = nxt
+                await self._save()
+            st.passes += 1
+            st.cursor = ""
+            fill = planner.fill
+            assert fill is not None
+            st.bytes_left = left_bytes + fill.excess()
+            st.parts_left = left_parts
+            if st.moves == done_before or (st.failed == 0 and st.stuck == 0
+                                           and fill.balanced()):
+                break
+        st.phase = "done"
+        st.finished = time.time()
+        log.info("mover: run for layout v%d done: %d fragments moved (%d rebuilt), %d failed, "
+                 "%d with nowhere to go", st.version, st.moves, st.rebuilt, st.failed, st.stuck)
+
+    # -- one part ---------------------------------------------------------------------------
+
+    async def move_part(self, ref: str, part: PartLayout, moves: list[Move], size: int
+                        ) -> list[Move]:
+        """Carry out a part's moves: copies and rebuilds, the commit, the deletion of the old
+        copies. Returns the moves now committed (the others failed and left nothing)."""
+        uid = part.part_uid
+        journal = {"ref": ref, "uid": uid,
+                   "src": [[m.index, m.src] for m in moves if not m.rebuild],
+                   "dst": [[m.index, m.dst] for m in moves]}
+        name = f"part:{uid}"
+        if not await self.store.claim(name, self.owner, PART_LEASE, journal):
+            return []  # another mover has it
+        done: list[Move] = []
+        try:
+            rebuild = [m for m in moves if m.rebuild]
+            for m in moves:
+                if m.rebuild:
+                    continue
+                try:
+                    if await self._copy(part, m, size):
+                        done.append(m)
+                except NodeError as e:
+                    if e.node == m.src and e.status != 507:
+                        log.info("mover: %s unreadable on %s (%s): rebuilt from parity instead",
+                                 part.archive_id(m.index), m.src, e)
+                        rebuild.append(Move(m.index, m.src, m.dst, True, "source unreadable"))
+                    else:
+                        log.info("mover: copy of %s to %s failed: %s", part.archive_id(m.index),
+                                 m.dst, e)
+                        self.stats["move_failures"] += 1
+            if rebuild:
+                done.extend(await self._rebuild(part, rebuild, done, size))
+            committed = bool(done) and await self.index.commit(ref, part, moved(part, done))
+            current = moved(part, done) if committed else await self.index.get(ref)
+            if not committed:
+                done = []
+            if await self.tidy(uid, journal, current):
+                await self.store.release(name, self.owner, drop=True)
+        except NodeError as e:  # the tidy could not reach a node: the journal stays leased
+            log.warning("mover: part %s left for a later tidy: %s", uid, e)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("mover: moving part %s failed", uid)
+            done = []
+        for m in done:
+            self.stats["fragments_moved"] += 1
+            self.stats["bytes_moved"] += size
+            self.stats["fragments_rebuilt"] += m.rebuild
+        return done
+
+    async def _copy(self, part: PartLayout, m: Move, size: int) -> bool:
+        from erasure.rehome import copy_one
+
+        async def pace(n: int) -> None:
+            await self.throttle.take((m.src, m.dst), n)
+
+        if not await copy_one(self.cluster, part.part_uid, m.index, m.src, m.dst, pace):
+            return False  # the part is being deleted
+        rid = part.archive_id(m.index)
+        a, b = await asyncio.gather(self.cluster.clients[m.src].head(rid),
+                                    self.cluster.clients[m.dst].head(rid))
+        if a.length != b.length or (a.crc32c is not None and b.crc32c is not None
+                                    and a.crc32c != b.crc32c):
+            await self.cluster.clients[m.dst].delete(rid)
+            raise NodeError(m.dst, 500, "CopyMismatch", f"{rid}: copy differs from source")
+        return True
+
+    async def _rebuild(self, part: PartLayout, moves: list[Move], copied: list[Move],
+                       size: int) -> list[Move]:
+        from erasure.cluster import ScannedPart
+        from erasure.repair import Damage, PartDeleted, rebuild
+
+        out_idx = {m.index for m in moves}
+        sources = {i: [n] for i, n in part.placement.items()
+                   if i not in out_idx and i not in part.missing and n in self.cluster.clients}
+        for m in copied:  # a fresh copy is as good a source as its original
+            sources.setdefault(m.index, [m.dst])
+        if len(sources) < part.scheme.k:
+            log.warning("mover: part %s has %d readable fragments, %d needed: not rebuilt",
+                        part.part_uid, len(sources), part.scheme.k)
+            return []
+        await self.throttle.take({m.dst for m in moves}, size * len(moves))
+        scanned = ScannedPart(part.part_uid, part.length, part.scheme, part.crc32c, {}, sources)
+        d = Damage(scanned, sorted(out_idx), {m.index: m.why for m in moves}, part,
+                   targets={m.index: m.dst for m in moves})
+        try:
+            written, _ = await rebuild(self.cluster, d)
+        except PartDeleted:
+            return []
+        except (NodeError, RuntimeError, ValueError) as e:
+            log.warning("mover: rebuilding %s of %s failed: %s", sorted(out_idx),
+                        part.part_uid, e)
+            self.stats["move_failures"] += 1
+            return []
+        return [m for m in moves if written.get(m.index) == m.dst]
+
+    async def tidy(self, uid: str, journal: dict[str, Any], current: PartLayout | None) -> bool:
+        """Delete the copies a part's move touched that its recorded layout does not name now:
+        the old copies after a commit, the new ones after a failed commit. With no record at
+        the ref (the part deleted, or recorded elsewhere by now) only new copies go: a part
+        still recorded under another ref names its old copies. True when done."""
+        pairs = [(int(i), str(n), True) for i, n in journal.get("dst", [])]
+        if current is not None:
+            pairs += [(int(i), str(n), False) for i, n in journal.get("src", [])]
+        old_src = {(int(i), str(n)) for i, n in journal.get("src", [])}
+        for i, node, is_dst in pairs:
+            if current is not None and current.placement.get(i) == node:
+                continue
+            if current is None and is_dst and (i, node) in old_src:
+                continue
+            client = self.cluster.clients.get(node)
+            if client is None:
+                continue  # a node no longer in the cluster
+            await client.delete(archive_id(uid, i))
+        return True
+
+    async def finish_leftovers(self) -> int:
+        """Tidy the parts a crashed mover left leased; returns how many."""
+        n = 0
+        for name, journal in await self.store.leftovers("part:"):
+            if not journal or not await self.store.claim(name, self.owner, PART_LEASE):
+                continue
+            try:
+                current = await self.index.get(str(journal.get("ref", "")))
+                if await self.tidy(str(journal.get("uid", "")), journal, current):
+                    await self.store.release(name, self.owner, drop=True)
+                    n += 1
+            except NodeError as e:
+                log.warning("mover: leftover %s not tidied yet: %s", name, e)
+        return n
+
+    # -- queries ----------------------------------------------------------------------------
+
+    async def dry_run(self, layout: ClusterLayout | None = None) -> DryRun:
+        """The plan of a run now, without moving: moves per (src, dst), bytes, fill before
+        and after (what `zonegate rebalance --dry-run` prints)."""
+        layout = layout or self.layout()
+        held: Counter[str] = Counter()
+        parts: list[tuple[PartLayout, int]] = []
+        cursor = ""
+        while True:
+            items, nxt = await self.index.page(cursor, PAGE)
+            for _, part in items:
+                size = self._frag_bytes(part)
+                parts.append((part, size))
+                for i, node in part.placement.items():
+                    if i not in part.missing:
+                        held[node] += size
+            if nxt is None:
+                break
+            cursor = nxt
+        out = DryRun(before=dict(held))
+        present = await self._lost_scan(layout)
+        fill = Fill(layout, held)
+        down = {nid for nid, c in self.cluster.clients.items() if not c.writable}
+        planner = Planner(layout, fill=fill, unavailable=down)
+        for _ in range(MAX_PASSES):
+            before = out.fragments
+            for part, size in parts:
+                lost = await self._lost(part, present) if present else []
+                moves = planner.plan(part, lost=lost, frag_bytes=size)
+                out.stuck += _unplaced(layout, part, moves, lost)
+                for m in moves:
+                    out.routes[(m.src, m.dst)] += 1
+                    out.bytes += size
+                    out.fragments += 1
+                    out.rebuilds += m.rebuild
+                    part.placement[m.index] = m.dst
+                out.parts += bool(moves)
+            if out.fragments == before or fill.balanced():
+                break
+        out.after = dict(fill.held)
+        out.spread_before = Fill(layout, out.before).spread()
+        out.spread_after = fill.spread()
+        return out
+
+
+def _unplaced(layout: ClusterLayout, part: PartLayout, moves: list[Move],
+              lost: list[int]) -> int:
+    """Fragments that must move but were given nowhere to go."""
+    takes = {n.id for n in layout.writable()}
+    planned = {m.index for m in moves}
+    return sum(1 for i, n in part.placement.items()
+               if i not in part.missing and i not in planned and (n not in takes or i in lost))
+
+
+@dataclass
+class DryRun:
+    before: dict[str, int] = field(default_factory=dict)
+    after: dict[str, int] = field(default_factory=dict)
+    routes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    parts: int = 0
+    fragments: int = 0
+    rebuilds: int = 0
+    bytes: int = 0
+    stuck: int = 0
+    spread_before: float = 0.0
+    spread_after: float = 0.0
+
+
+class LostLease(RuntimeError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"mover: lease {name!r} taken over by another mover")
+
+
+async def fragments_left(cluster: ErasureCluster, node_id: str, limit: int = 1000) -> int:
+    """How many records node `node_id` still holds (up to `limit`): 0 once a drain emptied
+    it. One listing request; what `zonegate layout node remove` checks before it removes."""
+    client = cluster.clients.get(node_id)
+    if client is None:
+        raise KeyError(node_id)
+    recs, _ = await client.list("", "", limit)
+    return len(recs)

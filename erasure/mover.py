@@ -434,6 +434,8 @@ class Mover:
         the old copies after a commit, the new ones after a failed commit. With no record at
         the ref (the part deleted, or recorded elsewhere by now) only new copies go: a part
         still recorded under another ref names its old copies. True when done."""
+        if current is not None and current.part_uid != uid:
+            current = None  # the ref holds another part now (the key was overwritten)
         pairs = [(int(i), str(n), True) for i, n in journal.get("dst", [])]
         if current is not None:
             pairs += [(int(i), str(n), False) for i, n in journal.get("src", [])]
@@ -446,6 +448,8 @@ class Mover:
             client = self.cluster.clients.get(node)
             if client is None:
                 continue  # a node no longer in the cluster
+            if not client.up:
+                raise NodeError(node, 503, "NodeDown", "down: the copy is deleted later")
             await client.delete(archive_id(uid, i))
         return True
 

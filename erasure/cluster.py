@@ -9,6 +9,12 @@ again (`full_headroom`, default two segments' fragments, or twice what it last r
 not down, and while enough nodes have room writes go to other nodes at full width (handoff).
 Once the nodes' writable room (all drives, from the same poll, less what was sent since) drifts
 apart, new parts are placed weighted by it, so that the nodes run full together.
+
+The cluster's shape is a versioned `ClusterLayout` (erasure/clusterlayout.py): the cluster file
+bootstraps it, a `LayoutStore` (erasure/layoutstore.py) keeps it, and `adopt(layout)` switches
+to a newer version while running: clients for new nodes, none for gone ones, placement of new
+writes over the nodes that take writes (weighted by the layout's weights), each node told its
+drives' states (`PUT /v1/layout`). Parts keep their own scheme and are read as written.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from erasure import reader, writer
+from erasure.clusterlayout import ClusterLayout
 from erasure.codec import Codec, Scheme
-from erasure.config import ClusterConfig
+from erasure.config import ClusterConfig, NodeSpec
 from erasure.errors import ErasureError, QuorumError
 from erasure.layout import PartLayout, PartResult, parse_archive_id, parse_archive_meta
+from erasure.layoutstore import LayoutStore, load_or_bootstrap
 from erasure.nodeclient import NodeClient, NodeError, make_session
-from erasure.placement import Placement, room_weights
+from erasure.placement import Placement, _score, room_weights
 from erasure.rehome import Handoffs
 from erasure.repairqueue import (
     Deletions,
@@ -47,6 +55,7 @@ HEAL_LEASE = 300.0   # seconds a claimed repair record is this healer's alone
 HEAL_POLL = 30.0     # seconds between looks at the queue when nothing woke the healer
 HEAL_BATCH = 1       # records per claim: each lease starts when its own heal does
 SCRUB_CHECK_INTERVAL = 60.0  # seconds between fetches of the nodes' scrub damage lists
+LAYOUT_POLL = 3.0  # seconds between looks at the layout store for a newer version
 
 
 @dataclass
@@ -70,13 +79,15 @@ class ErasureCluster:
     def __init__(self, config: ClusterConfig, *, state_dir: str | Path | None = None,
                  health_interval: float = 5.0, auto_repair: bool = True,
                  full_headroom: int | None = None, repair_queue: RepairStore | None = None,
-                 deletions: DeletionStore | None = None) -> None:
+                 deletions: DeletionStore | None = None, layout: ClusterLayout | None = None,
+                 layout_store: LayoutStore | None = None,
+                 layout_poll: float = LAYOUT_POLL) -> None:
         self.config = config
-        self.scheme = config.erasure.scheme
-        self.codec = Codec(self.scheme)
-        self._codecs: dict[Scheme, Codec] = {self.scheme: self.codec}
-        self.placement = Placement(config.slots(), self.scheme.n)
-        self.write_quorum = config.erasure.write_quorum
+        self._codecs: dict[Scheme, Codec] = {}
+        # the shape in use; with a layout_store, start() adopts the store's current version
+        self.layout_store = layout_store
+        self.layout_poll = layout_poll
+        self._set_layout(layout or ClusterLayout.bootstrap(config))
         self.node_timeout = config.erasure.node_timeout
         # shared by every gateway when the caller passes its store's (gateway/store/erasurequeues.py)
         self.repair_queue: RepairStore = repair_queue or RepairQueue(
@@ -106,16 +117,155 @@ class ErasureCluster:
         self._rehomer: asyncio.Task | None = None
         self._healer: asyncio.Task | None = None
         self._wakers: set[asyncio.Task] = set()
+        self._layout_task: asyncio.Task | None = None
+        self._pushes: dict[str, asyncio.Task] = {}  # node id -> its layout push in flight
+        # told the new layout after each adopt (the gateway's metrics, the mover)
+        self.layout_observers: list[Callable[[ClusterLayout], None]] = []
+
+    # -- layout ------------------------------------------------------------------------------
+
+    def _set_layout(self, layout: ClusterLayout) -> None:
+        self.layout = layout
+        self.scheme = layout.scheme
+        self.codec = self.codec_for(self.scheme)
+        self._placements: dict[int, Placement | None] = {}
+        self.placement = Placement(layout.slots(), self.scheme.n)
+        self._placements[self.scheme.n] = self.placement
+        e = self.config.erasure
+        self.write_quorum = e.write_quorum if e.scheme == self.scheme else min(
+            self.scheme.k + 1, self.scheme.n)
+
+    def _client(self, spec: NodeSpec) -> NodeClient:
+        c = NodeClient(spec, self.config.secret, self._session, self.node_timeout)
+        c.on_full = self._full_changed
+        return c
+
+    def _sync_clients(self) -> list[NodeClient]:
+        """A client per node that may hold fragments (active, draining); gone nodes have
+        none (never asked). A new dict, so that loops over the old one finish on it.
+        Returns the clients made new."""
+        new: dict[str, NodeClient] = {}
+        made = []
+        for n in self.layout.known():
+            spec = NodeSpec(n.id, n.url, n.domain, tuple(d.path for d in n.drives))
+            c = self.clients.get(n.id)
+            if c is None or c.spec.url != n.url:
+                c = self._client(spec)
+                made.append(c)
+            else:
+                c.spec = spec
+            new[n.id] = c
+        self.clients = new
+        return made
+
+    async def adopt(self, layout: ClusterLayout) -> bool:
+        """Switch to `layout` if it is newer than the one in use (no restart): new nodes get
+        clients (checked before they take writes), gone nodes lose theirs, new writes are
+        placed over the nodes that take writes, and every node is told its drives' states.
+        Parts already written keep their own PartLayout and scheme. Returns whether it
+        switched."""
+        if layout.version <= self.layout.version:
+            return False
+        old = self.layout
+        self._set_layout(layout)
+        made = self._sync_clients() if self._session is not None else []
+        await asyncio.gather(*(self._check_one(c) for c in made))
+        log.info("adopted cluster layout v%d (was v%d): %s", layout.version, old.version,
+                 layout.note or "no note")
+        self.push_layout()
+        for observe in self.layout_observers:
+            try:
+                observe(layout)
+            except Exception:  # an observer's bug must not stop the switch
+                log.exception("layout observer failed")
+        return True
+
+    async def refresh_layout(self) -> bool:
+        """Adopt the store's current layout if it is newer; returns whether it switched."""
+        if self.layout_store is None:
+            return False
+        cur = await self.layout_store.current()
+        return cur is not None and await self.adopt(cur)
+
+    async def _layout_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.layout_poll)
+            try:
+                await self.refresh_layout()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the store is away: the next look tries again
+                log.warning("could not read the cluster layout: %s", e)
+
+    def layout_doc(self, node_id: str) -> dict[str, Any] | None:
+        """What `PUT /v1/layout` tells a node: the version and its drives' states."""
+        n = self.layout.node(node_id)
+        if n is None:
+            return None
+        return {"version": self.layout.version, "node": n.id, "state": n.state,
+                "drives": [d.to_dict() for d in n.drives]}
+
+    def push_layout(self, node_ids: Iterable[str] | None = None) -> None:
+        """Tell nodes (every known one by default) the current layout, in the background;
+        a node that misses it is told again when its health check shows an older version."""
+        for nid in list(self.clients) if node_ids is None else node_ids:
+            c = self.clients.get(nid)
+            doc = self.layout_doc(nid)
+            if c is None or doc is None or not c.up:
+                continue
+            running = self._pushes.get(nid)
+            if running is not None and not running.done():
+                continue
+
+            async def push(c: NodeClient = c, doc: dict[str, Any] = doc) -> None:
+                try:
+                    await c.put_layout(doc)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    log.info("node %s not told layout v%s yet: %s", c.id, doc["version"], e)
+
+            self._pushes[nid] = asyncio.create_task(push())
+
+    def placement_for(self, width: int) -> Placement | None:
+        """Placement of `width` fragments over the nodes that take writes (a part keeps the
+        width of the scheme it was written with); None when too few nodes take writes."""
+        if width not in self._placements:
+            try:
+                self._placements[width] = Placement(self.layout.slots(), width)
+            except ValueError:
+                self._placements[width] = None
+        return self._placements[width]
+
+    def home(self, part_uid: str, width: int | None = None) -> list[str]:
+        """Each fragment's home (its primary placement under the current layout) for a part
+        of `width` fragments (default: the current scheme's); [] when none can be had."""
+        p = self.placement_for(width or self.scheme.n)
+        return p.primary(part_uid) if p is not None else []
+
+    def ranked(self, part_uid: str) -> list[str]:
+        """Every known node (active or draining) in the part's rendezvous order."""
+        return sorted(self.clients, key=lambda nid: _score(part_uid, nid), reverse=True)
+
+    async def _check_one(self, c: NodeClient) -> bool:
+        if await c.check():
+            await c.poll_room(self.full_headroom)
+            if c.layout_version is not None and c.layout_version < self.layout.version:
+                self.push_layout([c.id])
+        return c.up
 
     async def start(self) -> None:
         self._session = make_session(trace_configs=self.trace_configs or None)
-        self.clients = {n.id: NodeClient(n, self.config.secret, self._session, self.node_timeout)
-                        for n in self.config.nodes}
-        for c in self.clients.values():
-            c.on_full = self._full_changed
+        if self.layout_store is not None:
+            cur = await load_or_bootstrap(self.layout_store, self.config)
+            if cur.version != self.layout.version or cur != self.layout:
+                self._set_layout(cur)
+        self._sync_clients()
         await self.check_health()
         if self.health_interval > 0:
             self._health = asyncio.create_task(self._health_loop())
+        if self.layout_store is not None and self.layout_poll > 0:
+            self._layout_task = asyncio.create_task(self._layout_loop())
         if self.auto_repair:
             self._heal_kick = asyncio.Event()
             self._healer = asyncio.create_task(self._heal_loop())
@@ -125,11 +275,11 @@ class ErasureCluster:
         # unfinished heals stay in the repair queue (a lease held runs out) for the next
         # healer or `zonegate repair`
         tasks = [t for t in (self._health, self._healer, self._purger, self._rehomer,
-                                 *self._wakers) if t]
+                             self._layout_task, *self._wakers, *self._pushes.values()) if t]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._health = self._healer = None
+        self._health = self._healer = self._layout_task = None
         self._heal_kick = None
         if self._session:
             await self._session.close()
@@ -146,14 +296,10 @@ class ErasureCluster:
 
     async def check_health(self) -> dict[str, bool]:
         """Ask every node whether it is ready and how much room it has; returns id -> up."""
-        async def one(c: NodeClient) -> bool:
-            if await c.check():
-                await c.poll_room(self.full_headroom)
-            return c.up
-
         was_down = self.down_nodes()
-        ups = await asyncio.gather(*(one(c) for c in self.clients.values()))
-        state = dict(zip(self.clients, ups, strict=True))
+        clients = self.clients  # adopt() may put a new dict in place meanwhile
+        ups = await asyncio.gather(*(self._check_one(c) for c in clients.values()))
+        state = dict(zip(clients, ups, strict=True))
         if any(state[n] for n in was_down if n in state):
             # A node came back: fragments that waited for it (or for a node to hand off to)
             # can be rebuilt now, without waiting for `zonegate repair`.
@@ -341,6 +487,10 @@ class ErasureCluster:
         down = {nid for nid, c in self.clients.items() if not c.writable}
         nodes: list[str | None] | None = None
         weights = self.room_weights(down)
+        shares = self.layout.weights()
+        if any(w != 1.0 for w in shares.values()):
+            # the operator's weights (a bigger node, a node being filled) times the rooms'
+            weights = {nid: w * (weights or {}).get(nid, 1.0) for nid, w in shares.items()}
         if weights is not None:
             try:
                 nodes = list(self.placement.place_weighted(part_uid, weights, down))
@@ -364,7 +514,8 @@ class ErasureCluster:
     def room_weights(self, down: set[str]) -> dict[str, float] | None:
         """Placement weights of the writable nodes by their room (placement.room_weights);
         None while some node's room is unknown."""
-        rooms = {nid: c.room_bytes for nid, c in self.clients.items() if nid not in down}
+        rooms = {nid: c.room_bytes for nid, c in self.clients.items()
+                 if nid not in down and nid in self.placement.domain_of}
         if any(r is None for r in rooms.values()):
             return None
         return room_weights(rooms)  # type: ignore[arg-type]

@@ -128,6 +128,10 @@ class NodeClient:
         # placed here since (the weight of room-weighted placement)
         self.room_bytes: int | None = None
         self.on_full: Callable[[NodeClient], None] | None = None  # told when `full` changes
+        # the cluster layout version the node last said it knows (/health/ready), None from
+        # nodes that do not take layouts
+        self.layout_version: int | None = None
+        self.ready: dict[str, Any] = {}  # the node's last /health/ready answer
         self.observers = _observers.get(session, ()) if session is not None else ()
 
     @property
@@ -352,13 +356,41 @@ class NodeClient:
                 "health", "GET", path, headers=self._headers("GET", path, {}, b""),
                 timeout=aiohttp.ClientTimeout(total=min(self.timeout, 5.0)),
             ) as resp:
-                text = (await resp.read())[:300].decode(errors="replace")
+                raw = await resp.read()
+                text = raw[:300].decode(errors="replace")
                 self.up = resp.status == 200
+                if self.up:
+                    self._note_ready(raw)
                 self.last_error = None if self.up else (
                     f"/health/ready answered {resp.status}: {text}")
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
             self._down(e)
         return self.up
+
+    def _note_ready(self, raw: bytes) -> None:
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = {}
+        self.ready = doc if isinstance(doc, dict) else {}
+        v = self.ready.get("layout_version")
+        self.layout_version = v if isinstance(v, int) else None
+
+    async def put_layout(self, doc: dict[str, Any]) -> int:
+        """Tell the node the cluster layout's version and its drives' states (`PUT
+        /v1/layout`, signed); returns the version the node now holds."""
+        path = "/v1/layout"
+        body = json.dumps(doc, sort_keys=True).encode()
+        query = {"nonce": secrets.token_hex(8)}
+        async with await self._send("layout", "PUT", path, params=query, data=body,
+                                    headers={**self._headers("PUT", path, query, body),
+                                             "Content-Type": "application/json"},
+                                    timeout=self._timeout()) as resp:
+            if resp.status != 200:
+                raise await self._error(resp)
+            got = await resp.json(content_type=None)
+        self.layout_version = int(got.get("layout_version", doc["version"]))
+        return self.layout_version
 
     async def _get_json(self, operation: str, path: str, query: dict[str, str] | None = None,
                         *, missing: Any = NotImplemented) -> Any:

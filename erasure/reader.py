@@ -41,7 +41,7 @@ class _Source:
 def _home(cluster: ErasureCluster, layout: PartLayout, index: int) -> str | None:
     """The fragment's home when the layout names a handoff node and the home is up: the
     fragment may have been moved there (erasure/rehome.py), so it is asked first."""
-    home = cluster.placement.primary(layout.part_uid)
+    home = cluster.home(layout.part_uid, layout.scheme.n)  # the part's own width
     node = home[index] if index < len(home) else None
     if node is None or node == layout.placement.get(index) or not cluster.is_up(node):
         return None
@@ -61,7 +61,7 @@ def _candidates(cluster: ErasureCluster, layout: PartLayout) -> Iterator[tuple[i
             yield i, home
         if i in layout.placement:
             yield i, layout.placement[i]
-    for node in cluster.placement.ranked(layout.part_uid):
+    for node in cluster.ranked(layout.part_uid):
         for i in range(n):
             if layout.placement.get(i) != node:
                 yield i, node

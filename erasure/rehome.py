@@ -55,9 +55,11 @@ class Handoffs:
         return sorted(p.name for p in self.dir.iterdir() if not p.name.startswith("."))
 
 
-def off_home(cluster: ErasureCluster, part_uid: str, placed: dict[int, str]) -> bool:
-    """Whether a fragment of this placement (index -> node) is not on its home node."""
-    home = cluster.placement.primary(part_uid)
+def off_home(cluster: ErasureCluster, part_uid: str, placed: dict[int, str],
+             width: int | None = None) -> bool:
+    """Whether a fragment of this placement (index -> node) of a part of `width` fragments
+    (default: the current scheme's) is not on its home node."""
+    home = cluster.home(part_uid, width)
     return any(i < len(home) and home[i] != n for i, n in placed.items())
 
 
@@ -65,7 +67,7 @@ def moves(cluster: ErasureCluster, part: ScannedPart) -> tuple[list[tuple[int, s
     """(index, from, to) for each fragment to move home now (`to` == `from`'s home also for a
     copy already at home: then only the handoff copy goes), and how many more are off home
     but cannot move yet (the home is down, full, or holds another fragment of the part)."""
-    home = cluster.placement.primary(part.part_uid)
+    home = cluster.home(part.part_uid, part.scheme.n)  # the part's own scheme
     held = {n for nodes in part.fragments.values() for n in nodes}
     out: list[tuple[int, str, str]] = []
     later = 0

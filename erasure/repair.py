@@ -95,8 +95,9 @@ async def find_damage(cluster: ErasureCluster, prefix: str = "", *, deep: bool =
         if why:
             report.queued.append((p.part_uid, why))
             continue
+        # homes by the part's own scheme: a part written 8+2 stays 8+2 after a switch to 4+2
         expected = rec.layout.placement if rec else dict(
-            enumerate(cluster.placement.primary(p.part_uid)))
+            enumerate(cluster.home(p.part_uid, p.scheme.n)))
         reasons = {}
         maybe = 0  # fragments that may be on unreachable nodes
         for i in range(p.scheme.n):
@@ -131,7 +132,7 @@ async def find_damage(cluster: ErasureCluster, prefix: str = "", *, deep: bool =
             continue
         if not reasons:
             report.healthy += not maybe
-            home = cluster.placement.primary(p.part_uid)
+            home = cluster.home(p.part_uid, p.scheme.n)
             if not maybe and any(i < len(home) and nodes != [home[i]]
                                  for i, nodes in p.fragments.items()):
                 report.misplaced.append(p.part_uid)
@@ -199,18 +200,21 @@ def _targets(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
         return dict(d.targets)
     p = d.part
     holders = {nodes[0] for i, nodes in p.fragments.items() if i not in d.rebuild}
-    wanted = d.layout.placement if d.layout else dict(enumerate(cluster.placement.primary(
-        p.part_uid)))
+    home = cluster.home(p.part_uid, p.scheme.n)
+    wanted = d.layout.placement if d.layout else dict(enumerate(home))
+    # nodes that take no new fragments (down, full, draining) and nodes the layout no
+    # longer has (gone: no client) are never targets
     down = {nid for nid, c in cluster.clients.items() if not c.writable}
+    placement = cluster.placement_for(p.scheme.n) or cluster.placement
+    down |= {nid for nid in cluster.clients if nid not in placement.domain_of}
     out: dict[int, str] = {}
-    spare = cluster.placement.handoffs(p.part_uid, holders, down)
-    home = cluster.placement.primary(p.part_uid)
+    spare = placement.handoffs(p.part_uid, holders, down)
     for i in d.rebuild:
-        here = p.fragments.get(i, [])
+        here = [n for n in p.fragments.get(i, []) if n in cluster.clients]
         node = here[0] if here else wanted.get(i)
         if not here and i < len(home) and home[i] not in down and home[i] not in holders:
             node = home[i]  # the home is back: no new handoff copy to move later
-        if node is None or node in down or node in holders:
+        if node is None or node not in cluster.clients or node in down or node in holders:
             # the generator's view of who holds what predates this loop's choices
             node = next((n for n in spare if n not in holders), None)
             if node is None:
@@ -302,7 +306,7 @@ async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[
             # landed, so remove them here (the deletion record was written before it listed).
             await _unwrite(cluster, p.part_uid, targets)
             raise PartDeleted(p.part_uid)
-        if off_home(cluster, p.part_uid, targets):
+        if off_home(cluster, p.part_uid, targets, p.scheme.n):
             cluster.handoffs.add(p.part_uid)
         return targets
     except BaseException:
@@ -411,10 +415,14 @@ async def _rebuild_all(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
 async def heal(cluster: ErasureCluster, layout: PartLayout, indexes: list[int]) -> dict[int, str]:
     """Rebuild some fragments of a part known from its layout (no scan): what the cluster's
     background healer runs right after a degraded write or read."""
+    # A fragment on a node the layout no longer has (gone, or left the cluster file) is lost
+    # as well: rebuilt too, never asked for (issue 25: `KeyError: 'node05'`).
+    gone = [i for i, n in layout.placement.items() if n not in cluster.clients]
+    indexes = sorted(set(indexes) | set(gone))
     skip = set(indexes) | set(layout.missing)
     part = ScannedPart(layout.part_uid, layout.length, layout.scheme, layout.crc32c, {},
                        {i: [n] for i, n in layout.placement.items() if i not in skip})
-    d = Damage(part, sorted(set(indexes)), {i: "heal" for i in indexes}, layout)
+    d = Damage(part, indexes, {i: "heal" for i in indexes}, layout)
     written = await _rebuild_all(cluster, d)
     await cluster.repair_queue.resolve(layout.part_uid, list(written))
     return written

@@ -40,6 +40,8 @@ class DrivePool:
         self._rooms: list[int] = []
         self._rooms_at = -1.0
         self.failed: dict[int, str] = {}  # drive index -> the error that failed it
+        # drives the cluster layout drains (or calls failed): no new records, reads go on
+        self.no_new: set[int] = set()
 
     def fail(self, i: int, exc: BaseException) -> None:
         """Drive i gave a device error: no more puts, reads or listings from it (see
@@ -83,12 +85,16 @@ class DrivePool:
     def pick(self, stream: str, length: int | None = None) -> int:
         need = max(self.headroom if length is None else length, 1)
         rooms = self.rooms()
-        live = self.working()
+        live = [j for j in self.working() if j not in self.no_new]
         if not live:
+            if self.working():
+                err = NoSpace("every drive of this node is draining")
+                err.writable_bytes = 0  # type: ignore[attr-defined]
+                raise err
             raise DriveFailed("every drive of this node has failed")
         even = BALANCE * max(rooms[j] for j in live)  # a failed drive's room is no measure
         i = self._stream_drive.get(stream)
-        if i is not None and i not in self.failed and self.logs[i].free_bytes() >= need \
+        if i is not None and i in live and self.logs[i].free_bytes() >= need \
                 and rooms[i] >= even:
             return i
         frees = [self.logs[j].free_bytes() if j in live else -1 for j in range(len(self.logs))]

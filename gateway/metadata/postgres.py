@@ -44,6 +44,8 @@ from gateway.metadata.keys import (
     prefix_end,
     rollup_uploads,
 )
+from gateway.metadata.layouts_pg import MIGRATION as LAYOUTS_MIGRATION
+from gateway.metadata.layouts_pg import PostgresLayouts
 from gateway.metadata.moves_pg import MIGRATION as MOVES_MIGRATION
 from gateway.metadata.moves_pg import PostgresMoves
 from gateway.metadata.partscache import PartsCache
@@ -132,6 +134,8 @@ MIGRATIONS: list[str] = [
     QUEUES_MIGRATION,
     # the archive recording tags/ACL set after a version's write (gateway/store/tagarchives.py)
     "ALTER TABLE versions ADD COLUMN meta_part TEXT",
+    # the versioned cluster layout and its staged changes (issue 25)
+    LAYOUTS_MIGRATION,
     # the data mover's leases and progress (issue 25, gateway/metadata/moves.py)
     MOVES_MIGRATION,
 ]
@@ -216,7 +220,8 @@ def _part(r: Any) -> PartRecord:
     return PartRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
 
 
-class PostgresStore(PgVersions, PgExtras, PostgresQueues, PostgresMoves, MetadataStore):
+class PostgresStore(PgVersions, PgExtras, PostgresQueues, PostgresLayouts, PostgresMoves,
+                    MetadataStore):
     _again = Again
 
     def __init__(self, url: str, *, free_delay: float = 0.0, password_file: str | None = None,

@@ -35,6 +35,8 @@ from gateway.metadata.keys import (
     prefix_end,
     rollup_uploads,
 )
+from gateway.metadata.layouts_sqlite import MIGRATION as LAYOUTS_MIGRATION
+from gateway.metadata.layouts_sqlite import SqliteLayouts
 from gateway.metadata.moves_sqlite import MIGRATION as MOVES_MIGRATION
 from gateway.metadata.moves_sqlite import SqliteMoves
 from gateway.metadata.queues_sqlite import MIGRATION as QUEUES_MIGRATION
@@ -117,6 +119,8 @@ MIGRATIONS: list[str] = [
     QUEUES_MIGRATION,
     # the archive recording tags/ACL set after a version's write (gateway/store/tagarchives.py)
     "ALTER TABLE versions ADD COLUMN meta_part TEXT",
+    # the versioned cluster layout and its staged changes (issue 25)
+    LAYOUTS_MIGRATION,
     # the data mover's leases and progress (issue 25, gateway/metadata/moves.py)
     MOVES_MIGRATION,
 ]
@@ -139,7 +143,8 @@ def _bk(row: tuple) -> BucketRecord:
     return BucketRecord(row[0], row[1], row[2], row[3], json.loads(row[4]) if row[4] else None)
 
 
-class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, SqliteMoves, MetadataStore):
+class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, SqliteLayouts, SqliteMoves,
+                  MetadataStore):
     def __init__(self, path: str | Path, *, free_delay: float = 0.0) -> None:
         self.path = str(path)
         # Seconds between an object's data being replaced or deleted and its fragments

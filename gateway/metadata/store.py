@@ -15,6 +15,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.metadata.layouts import LayoutTables
 from gateway.metadata.moves import MovesStore
 from gateway.metadata.queues import QueueStore
 from gateway.s3.errors import S3Error
@@ -192,7 +193,7 @@ class StoreUnavailableError(S3Error):
         return self.detail
 
 
-class MetadataStore(QueueStore, MovesStore, abc.ABC):
+class MetadataStore(QueueStore, LayoutTables, MovesStore, abc.ABC):
     """What the S3 operations need from metadata. Old layouts freed by a call are queued in the
     orphan queue inside the same transaction, so a crash never loses track of them.
 

@@ -120,14 +120,18 @@ class Storage:
     @classmethod
     def from_config(cls, config: Any, store: Any = None) -> Storage:
         """Storage on the config's cluster; with `store` (the gateway's MetadataStore) the
-        repair queue and deletion records are the store's, shared with other gateways."""
+        repair queue, deletion records and cluster layout are the store's, shared with other
+        gateways (the layout is polled every `[gateway] layout_poll_seconds`, default 3)."""
         from erasure.cluster import ErasureCluster
         gw = dict(config.gateway or {})
         grace = float(gw.get("pending_grace_seconds", PENDING_GRACE))
         kw: dict[str, Any] = {}
         if store is not None:
             from gateway.store.erasurequeues import shared_queues
-            kw = shared_queues(store)
+            from gateway.store.layoutstore import StoreLayouts
+            kw = {**shared_queues(store), "layout_store": StoreLayouts(store)}
+            if "layout_poll_seconds" in gw:
+                kw["layout_poll"] = float(gw["layout_poll_seconds"])
         cluster = ErasureCluster(config, **kw)
         if "repair_lease_seconds" in gw:
             cluster.repair_lease = float(gw["repair_lease_seconds"])

@@ -161,13 +161,14 @@ class NodeCluster:
             node.proc.send_signal(signal.SIGTERM)
         return node.proc.wait(timeout) if node.proc is not None else 0
 
-    def restart(self, i: int) -> None:
-        """Start node i again (after kill/terminate, or stopping it first) on the same port."""
+    def restart(self, i: int, *, degraded: bool = False) -> None:
+        """Start node i again (after kill/terminate, or stopping it first) on the same port;
+        `degraded`: a node answering "degraded" (a failed or new drive) counts as started."""
         node = self.nodes[i]
         if node.running:
             self.terminate(i)
         self._spawn(node)
-        self._wait_ready(node)
+        self._wait_ready(node, ("ready", "degraded") if degraded else ("ready",))
 
     # ------------------------------------------------------------------ access
 
@@ -226,7 +227,7 @@ class NodeCluster:
                                          stderr=subprocess.STDOUT, env=self.env,
                                          start_new_session=True)
 
-    def _wait_ready(self, node: NodeProcess) -> None:
+    def _wait_ready(self, node: NodeProcess, statuses: tuple[str, ...] = ("ready",)) -> None:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if not node.running:
@@ -238,19 +239,19 @@ class NodeCluster:
                 except (OSError, ValueError):
                     time.sleep(0.05)
                     continue
-            if self._ready(node):
+            if self._ready(node, statuses):
                 return
             time.sleep(0.05)
         raise NodeStartError(f"{node.node_id} not ready after {self.start_timeout} s:\n"
                              f"{node.log_tail()}")
 
-    def _ready(self, node: NodeProcess) -> bool:
+    def _ready(self, node: NodeProcess, statuses: tuple[str, ...] = ("ready",)) -> bool:
         path = "/health/ready"
         req = urllib.request.Request(node.url + path,
                                      headers=sign_headers(self.secret, "GET", path))
         try:
             with _NO_PROXY.open(req, timeout=2) as resp:
-                return json.loads(resp.read()).get("status") == "ready"
+                return json.loads(resp.read()).get("status") in statuses
         except (urllib.error.URLError, OSError, ValueError):
             return False
 

@@ -20,6 +20,7 @@ from zonestore.errors import CorruptRecord, NoSpace, RecordNotFound
 from zonestore.ids import validate_record_id
 from zonestore.node.auth import BODY_HASH
 from zonestore.node.body import BodyReader, PutBody
+from zonestore.node.drivelayout import drive_info, new_drives
 from zonestore.node.errors import NodeError, json_error, log
 from zonestore.node.state import STATE, NodeState
 from zonestore.nodeauth import EMPTY_SHA256, UNSIGNED
@@ -367,7 +368,8 @@ async def node_stats(request: web.Request) -> web.Response:
     failed = failed_drives(state)
     for i, (path, log_) in enumerate(zip(state.drive_paths, state.logs, strict=False)):
         d = _as_dict(log_.stats())
-        d.update(drive=i, path=str(path), failed=i in failed, error=failed.get(i))
+        d.update(drive=i, path=str(path), failed=i in failed, error=failed.get(i),
+                 **drive_info(state, i))
         if i in failed:  # nothing of it can be written (or read) any more
             d.update(free_bytes=0, writable_bytes=0)
         drives.append(d)
@@ -414,10 +416,14 @@ async def health_ready(request: web.Request) -> web.Response:
     # Stays 200 with failed drives too (status "degraded"): the gateways must keep asking
     # the node to learn that its records are gone (missing, so rebuilt elsewhere); its
     # writable figure (0 when every drive failed) keeps new writes away.
+    # A new drive in a used slot (a replaced drive) is "degraded" too until the layout
+    # registers it: what the old drive held is gone (zonestore/node/drivelayout.py).
     failed = failed_drives(state)
-    return web.json_response({"status": "degraded" if failed else "ready",
+    new = new_drives(state)
+    return web.json_response({"status": "degraded" if failed or new else "ready",
                               "node_id": state.node_id, "drives": len(state.logs),
-                              "failed_drives": sorted(failed),
+                              "failed_drives": sorted(failed), "new_drives": new,
+                              "layout_version": state.layout_version,
                               "writable_bytes": writable_bytes(state)})
 
 

@@ -36,6 +36,7 @@ from zonestore.device import ZonedDevice
 from zonestore.emulated import Geometry, create_emulated_drive, is_emulated_drive
 from zonestore.logsetup import take_request_id
 from zonestore.node.auth import AuthCheck, check_signature, make_auth_check
+from zonestore.node.drivelayout import NO_NEW_RECORDS, add_layout_routes, check_identities
 from zonestore.node.errors import error_response, json_error
 from zonestore.node.fastput import Delegate, LeanServer
 from zonestore.node.handlers import add_routes
@@ -282,6 +283,7 @@ def build_app(state: NodeState, secret: bytes, options: NodeOptions) -> web.Appl
                                               window=options.auth_window,
                                               node_id=state.node_id)
     add_routes(app)
+    add_layout_routes(app)
     add_scrubber(app, state, options.scrub_rate, options.scrub_interval)
     return app
 
@@ -379,7 +381,10 @@ class NodeServer:
                     await lg.close()
             raise
         state.logs = logs
+        state.identities = await asyncio.to_thread(check_identities, state.drive_paths)
         state.pool = DrivePool(logs)
+        state.pool.no_new = {i for i, st in state.drive_states.items()
+                             if st in NO_NEW_RECORDS}
         if self.options.reclaim_interval > 0:
             for i, lg in enumerate(logs):
                 self._tasks.append(asyncio.create_task(self._reclaim_loop(i, lg),

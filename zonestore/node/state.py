@@ -31,6 +31,10 @@ class NodeState:
     auth: Any = None  # the AuthCheck (one replay cache) of both aiohttp and the lean PUT path
     draining: bool = False  # shutting down: in-flight requests finish, new ones get 503
     inflight: int = 0
+    # the cluster layout as the gateways last told it (zonestore/node/drivelayout.py)
+    layout_version: int = 0
+    drive_states: dict[int, str] = field(default_factory=dict)  # drive index -> state
+    identities: list[dict[str, Any] | None] = field(default_factory=list)  # per drive
 
     @property
     def ready(self) -> bool:

@@ -6,7 +6,7 @@ durable progress, the parts in flight). gateway/store/moves.py adapts these meth
 Where layouts are recorded (a *ref* names one, a JSON list):
 - `["v", bucket, key hex, seq, slot]`: a version's part (`slot` = its index in `parts`), its
   manifest (`"m"`) or its tags/ACL archive (`"t"`); `objects` holds a copy of the current
-  version's parts and manifest, kept in step by `layout_swap`;
+  version's parts and manifest, kept in step by `part_layout_swap`;
 - `["u", upload id, part number]`: a multipart upload's part.
 Pages list versions by (bucket, key, seq descending), then upload parts by (upload id, number);
 a cursor is the last row's position (`["v", bucket, key hex, seq]` or `["u", id, number]`),
@@ -74,17 +74,17 @@ class MovesStore(abc.ABC):
     """Layout pages and mover leases: each method one transaction."""
 
     @abc.abstractmethod
-    async def layout_page(self, cursor: str, limit: int
+    async def part_layout_page(self, cursor: str, limit: int
                           ) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
         """Recorded layouts after `cursor` ("" = the start), about `limit` rows' worth, and
         the next cursor (None at the end)."""
 
     @abc.abstractmethod
-    async def layout_get(self, ref: str) -> dict[str, Any] | None:
+    async def part_layout_get(self, ref: str) -> dict[str, Any] | None:
         """The layout recorded at `ref`, None if the row or slot is gone."""
 
     @abc.abstractmethod
-    async def layout_swap(self, ref: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
+    async def part_layout_swap(self, ref: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
         """Record `new` at `ref` if `old` is recorded there (and in `objects` where that
         version is current); False, nothing changed, otherwise."""
 

@@ -27,7 +27,7 @@ class PostgresMoves(MovesStore):
     _again: type[Exception]
 
     # -- layouts --------------------------------------------------------------------------
-    async def layout_page(self, cursor: str, limit: int
+    async def part_layout_page(self, cursor: str, limit: int
                           ) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
         r = parse_ref(cursor)
 
@@ -64,7 +64,7 @@ class PostgresMoves(MovesStore):
             return out, None
         return await self._read(q)
 
-    async def layout_get(self, ref: str) -> dict[str, Any] | None:
+    async def part_layout_get(self, ref: str) -> dict[str, Any] | None:
         r = parse_ref(ref)
 
         async def q(c: asyncpg.Connection) -> dict[str, Any] | None:
@@ -80,7 +80,7 @@ class PostgresMoves(MovesStore):
             return dict(row_layouts(r[:4], *row)).get(ref_of(r[:4], r[4]))
         return await self._read(q)
 
-    async def layout_swap(self, ref: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
+    async def part_layout_swap(self, ref: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
         r = parse_ref(ref)
 
         async def tx(c: asyncpg.Connection) -> bool:

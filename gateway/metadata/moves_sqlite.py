@@ -24,7 +24,7 @@ class SqliteMoves(MovesStore):
     _r: Any
 
     # -- layouts --------------------------------------------------------------------------
-    def _layout_page(self, cursor: str, limit: int
+    def _part_layout_page(self, cursor: str, limit: int
                      ) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
         r = parse_ref(cursor)
         c = self._conn()
@@ -59,7 +59,7 @@ class SqliteMoves(MovesStore):
             return out, ref_of(["u", rows[-1][0], rows[-1][1]])
         return out, None
 
-    def _layout_get(self, ref: str) -> dict[str, Any] | None:
+    def _part_layout_get(self, ref: str) -> dict[str, Any] | None:
         r = parse_ref(ref)
         c = self._conn()
         if r[0] == "u":
@@ -73,7 +73,7 @@ class SqliteMoves(MovesStore):
         found = dict(row_layouts(r[:4], *row))
         return found.get(ref_of(r[:4], r[4]))
 
-    def _layout_swap(self, ref: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
+    def _part_layout_swap(self, ref: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
         r = parse_ref(ref)
         with self._tx() as c:
             if r[0] == "u":
@@ -99,15 +99,15 @@ class SqliteMoves(MovesStore):
                       "version_id=? AND version=?", (cols[0], cols[1], r[1], kb, row[3], row[4]))
             return True
 
-    async def layout_page(self, cursor: str, limit: int
+    async def part_layout_page(self, cursor: str, limit: int
                           ) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
-        return await self._r(self._layout_page, cursor, limit)
+        return await self._r(self._part_layout_page, cursor, limit)
 
-    async def layout_get(self, ref: str) -> dict[str, Any] | None:
-        return await self._r(self._layout_get, ref)
+    async def part_layout_get(self, ref: str) -> dict[str, Any] | None:
+        return await self._r(self._part_layout_get, ref)
 
-    async def layout_swap(self, ref: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
-        return await self._w(self._layout_swap, ref, old, new)
+    async def part_layout_swap(self, ref: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        return await self._w(self._part_layout_swap, ref, old, new)
 
     # -- leases ---------------------------------------------------------------------------
     def _move_claim(self, name: str, owner: str, seconds: float,

@@ -29,7 +29,7 @@ class StorePartIndex:
 
     async def page(self, cursor: str, limit: int
                    ) -> tuple[list[tuple[str, PartLayout]], str | None]:
-        items, nxt = await self.store.layout_page(cursor, limit)
+        items, nxt = await self.store.part_layout_page(cursor, limit)
         out = []
         for ref, d in items:
             lay = _layout(d)
@@ -38,11 +38,11 @@ class StorePartIndex:
         return out, nxt
 
     async def get(self, ref: str) -> PartLayout | None:
-        d = await self.store.layout_get(ref)
+        d = await self.store.part_layout_get(ref)
         return _layout(d) if d else None
 
     async def commit(self, ref: str, old: PartLayout, new: PartLayout) -> bool:
-        return await self.store.layout_swap(ref, old.to_dict(), new.to_dict())
+        return await self.store.part_layout_swap(ref, old.to_dict(), new.to_dict())
 
 
 class StoreMoveLeases:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from erasure.clusterlayout import ClusterLayout
 from erasure.layout import PartLayout, archive_id
-from erasure.moveplan import Fill, Move, Planner, moved, plan
+from erasure.moveplan import TOLERANCE, Fill, Move, Planner, moved, plan
 from erasure.nodeclient import NodeError, RecordMissing
 
 if TYPE_CHECKING:
@@ -128,6 +128,8 @@ class RunState:
     finished: float = 0.0
     owner: str = ""
     rate: float = 0.0           # bytes/s moved, this run
+    balance: bool = False       # even the nodes' fill out too (else: only what must move)
+    shape: dict[str, float] = field(default_factory=dict)  # writable nodes' weights
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -158,6 +160,7 @@ class Mover:
         self.owner = owner
         self.layout = layout
         self.throttle = Throttle(rate, rate_total)
+        self.run_lease, self.part_lease = RUN_LEASE, PART_LEASE
         self.state = RunState()
         self.stats: Counter[str] = Counter()  # this process: fragments/bytes moved, failures
         self._saved = 0.0
@@ -173,19 +176,27 @@ class Mover:
 
     async def run_once(self) -> RunState | None:
         """Start or resume the run the current layout (or a request) calls for, to its end.
-        None when another mover holds the run."""
+        None when another mover holds the run. Cheap when there is nothing to do: two reads."""
         layout = self.layout()
-        if not await self.store.claim("run", self.owner, RUN_LEASE):
+        st = RunState.from_dict(await self.store.get("run"))
+        req = float((await self.store.get("request") or {}).get("at", 0.0))
+        if st.phase == "done" and st.version == layout.version and req <= st.requested \
+                and not await self.store.leftovers("part:", 1):
+            self.state = st
+            return st
+        if not await self.store.claim("run", self.owner, self.run_lease):
             return None
         try:
             st = RunState.from_dict(await self.store.get("run"))
-            req = float((await self.store.get("request") or {}).get("at", 0.0))
             if st.version != layout.version or req > st.requested:
+                # rebalancing is for a new shape (nodes that take writes, their weights) or
+                # an operator's request; otherwise only what must move moves (draining and
+                # gone nodes, lost drives)
+                shape = {n.id: n.weight for n in layout.writable()}
+                new_shape = shape != st.shape if st.version else layout.version > 1
                 st = RunState(version=layout.version, requested=max(req, st.requested),
-                              started=time.time())
-            if st.phase == "done":
-                self.state = st
-                return st
+                              started=time.time(), shape=shape,
+                              balance=new_shape or req > st.requested)
             st.owner = self.owner
             self.state = st
             await self.finish_leftovers()
@@ -210,7 +221,7 @@ class Mover:
             return True
         self._saved = now
         self.state.updated = now
-        if not await self.store.claim("run", self.owner, RUN_LEASE):
+        if not await self.store.claim("run", self.owner, self.run_lease):
             raise LostLease("run")
         return await self.store.save("run", self.owner, self.state.to_dict())
 
@@ -241,7 +252,7 @@ class Mover:
             st.cursor = nxt
             await self._save()
         fill = Fill(layout, held)
-        st.bytes_left = must + fill.excess()
+        st.bytes_left = must + (fill.excess() if st.balance else 0)
         st.phase, st.cursor = "move", ""
         await self._save(force=True)
 
@@ -280,7 +291,8 @@ class Mover:
         moved_here = 0
         while st.passes < MAX_PASSES:
             down = {nid for nid, c in self.cluster.clients.items() if not c.writable}
-            planner = Planner(layout, fill=Fill(layout, st.held), unavailable=down)
+            fill = Fill(layout, st.held, tolerance=TOLERANCE if st.balance else float("inf"))
+            planner = Planner(layout, fill=fill, unavailable=down)
             done_before = st.moves
             st.failed = st.stuck = 0
             left_bytes = left_parts = 0
@@ -342,7 +354,7 @@ class Mover:
                    "src": [[m.index, m.src] for m in moves if not m.rebuild],
                    "dst": [[m.index, m.dst] for m in moves]}
         name = f"part:{uid}"
-        if not await self.store.claim(name, self.owner, PART_LEASE, journal):
+        if not await self.store.claim(name, self.owner, self.part_lease, journal):
             return []  # another mover has it
         done: list[Move] = []
         try:
@@ -457,7 +469,7 @@ class Mover:
         """Tidy the parts a crashed mover left leased; returns how many."""
         n = 0
         for name, journal in await self.store.leftovers("part:"):
-            if not journal or not await self.store.claim(name, self.owner, PART_LEASE):
+            if not journal or not await self.store.claim(name, self.owner, self.part_lease):
                 continue
             try:
                 current = await self.index.get(str(journal.get("ref", "")))

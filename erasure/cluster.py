@@ -56,6 +56,7 @@ HEAL_POLL = 30.0     # seconds between looks at the queue when nothing woke the 
 HEAL_BATCH = 1       # records per claim: each lease starts when its own heal does
 SCRUB_CHECK_INTERVAL = 60.0  # seconds between fetches of the nodes' scrub damage lists
 LAYOUT_POLL = 3.0  # seconds between looks at the layout store for a newer version
+CENSUS_MAX_AGE = 300.0  # seconds a count of the parts below full redundancy is reused
 
 
 @dataclass
@@ -119,6 +120,9 @@ class ErasureCluster:
         self._wakers: set[asyncio.Task] = set()
         self._layout_task: asyncio.Task | None = None
         self._pushes: dict[str, asyncio.Task] = {}  # node id -> its layout push in flight
+        self.census_max_age = CENSUS_MAX_AGE
+        self.last_census: Any = None  # erasure.layouthealth.Census, once one ran
+        self._census: asyncio.Task | None = None
         # told the new layout after each adopt (the gateway's metrics, the mover)
         self.layout_observers: list[Callable[[ClusterLayout], None]] = []
 
@@ -247,6 +251,33 @@ class ErasureCluster:
         """Every known node (active or draining) in the part's rendezvous order."""
         return sorted(self.clients, key=lambda nid: _score(part_uid, nid), reverse=True)
 
+    def layout_report(self) -> dict[str, Any]:
+        """erasure/layouthealth.py's report from the last health checks."""
+        from erasure.layouthealth import NodeView, layout_report
+        views = {nid: NodeView(c.up, c.ready, c.drives) for nid, c in self.clients.items()}
+        return layout_report(self.layout, views)
+
+    def census_soon(self) -> None:
+        """Start a census (erasure/layouthealth.py) in the background unless one runs or the
+        last is younger than `census_max_age` and of the current layout version."""
+        last = self.last_census
+        if self._census is not None and not self._census.done():
+            return
+        if last is not None and last.layout_version == self.layout.version and \
+                time.time() - last.at < self.census_max_age:
+            return
+
+        async def run() -> None:
+            from erasure.layouthealth import census
+            try:
+                self.last_census = await census(self)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("census of the parts failed: %s", e)
+
+        self._census = asyncio.create_task(run())
+
     async def _check_one(self, c: NodeClient) -> bool:
         if await c.check():
             await c.poll_room(self.full_headroom)
@@ -275,7 +306,8 @@ class ErasureCluster:
         # unfinished heals stay in the repair queue (a lease held runs out) for the next
         # healer or `zonegate repair`
         tasks = [t for t in (self._health, self._healer, self._purger, self._rehomer,
-                             self._layout_task, *self._wakers, *self._pushes.values()) if t]
+                             self._layout_task, self._census, *self._wakers,
+                             *self._pushes.values()) if t]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -183,14 +183,16 @@ class ClusterLayout:
 # -- staged changes ----------------------------------------------------------------------
 
 CHANGE_OPS = ("node add", "node drain", "node remove", "node weight", "node activate",
-              "drive add", "drive drain", "drive replace", "drive fail", "erasure")
+              "node domain", "drive add", "drive drain", "drive replace", "drive fail",
+              "erasure")
 
 
 @dataclass(frozen=True)
 class Change:
     """One staged change; `args` by op:
     node add {id, url, domain?, weight?, drives: [path]}; node drain|remove|activate {id};
-    node weight {id, weight}; drive add|drain|replace|fail {node, path}; erasure {k, m}."""
+    node weight {id, weight}; node domain {id, domain}; drive add|drain|replace|fail {node,
+    path}; erasure {k, m}."""
 
     op: str
     args: dict[str, Any]
@@ -261,6 +263,8 @@ def apply_changes(layout: ClusterLayout, changes: Sequence[Change], note: str = 
             _set_node(nodes, a["id"], state="active")
         elif c.op == "node weight":
             _set_node(nodes, a["id"], weight=float(a["weight"]))
+        elif c.op == "node domain":
+            _set_node(nodes, a["id"], domain=str(a["domain"]))
         elif c.op == "drive add":
             _set_drive(nodes, a["node"], a["path"], add=True)
         elif c.op == "drive drain":
@@ -279,7 +283,22 @@ def apply_changes(layout: ClusterLayout, changes: Sequence[Change], note: str = 
     new = ClusterLayout(layout.version + 1, scheme, tuple(nodes),
                         note or "; ".join(c.describe() for c in changes), time.time())
     new.validate()
+    check_transition(layout, new)
     return new
+
+
+def check_transition(old: ClusterLayout, new: ClusterLayout) -> None:
+    """Nodes that go from holding data to gone in one version lose what they hold, rebuilt
+    from parity afterwards: more than m failure domains at once could take parts below k."""
+    lost = [n for n in old.nodes if n.holds_data and (
+        (nn := new.node(n.id)) is None or not nn.holds_data)]
+    domains = {n.domain for n in lost}
+    m = min(old.scheme.m, new.scheme.m)
+    if len(domains) > m:
+        raise LayoutError(f"removing {', '.join(n.id for n in lost)} at once loses "
+                          f"{len(domains)} failure domains, more than m={m}: parts could "
+                          f"lose more fragments than parity covers; remove at most {m} "
+                          f"domain(s) per version, and the next once their data is moved")
 
 
 def diff(old: ClusterLayout | None, new: ClusterLayout) -> list[str]:

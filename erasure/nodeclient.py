@@ -132,6 +132,7 @@ class NodeClient:
         # nodes that do not take layouts
         self.layout_version: int | None = None
         self.ready: dict[str, Any] = {}  # the node's last /health/ready answer
+        self.drives: list[dict[str, Any]] | None = None  # its drives in the last /v1/stats
         self.observers = _observers.get(session, ()) if session is not None else ()
 
     @property
@@ -180,6 +181,8 @@ class NodeClient:
             doc = await self.stats()
         except (NodeError, TimeoutError, aiohttp.ClientError, ConnectionError, ValueError):
             return None
+        drives = doc.get("drives") if isinstance(doc, dict) else None
+        self.drives = drives if isinstance(drives, list) else None
         room = writable_of(doc)
         if room is not None:
             self.note_room(room, headroom)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from erasure import cli as erasure_cli
 from gateway.cli import dev as gateway_dev
+from gateway.cli import layout as gateway_layout
 from gateway.cli import status as gateway_status
 from gateway.cli import users as gateway_users
 from gateway.metadata import cli as gateway_metadata
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway_status.register(sub)
     gateway_metadata.register(sub)
     gateway_users.register(sub)
+    gateway_layout.register(sub)
     return parser
 
 

@@ -6,7 +6,14 @@ the files under `erasure.state_dir`) when this machine can. Prints
 nodes up/down, drives, capacity, zones by condition, write amplification, quorum and parts
 awaiting repair as tables (colour when the terminal has it), or one JSON document with `--json`.
 
-Exit status: 0 every node up, 2 some nodes down but the write quorum holds, 3 the write quorum
+The nodes asked are those of the cluster layout (issue 25: the metadata store's, else the
+layout files under `erasure.state_dir`, else the cluster file's bootstrap); what the layout
+says should exist but does not (nodes, drives; failed drives; new drives in a used slot not
+yet registered) is listed, and the parts below full redundancy are counted by the gateway's
+census (`/health/cluster`) or, with `--census`, by listing every node from here.
+
+Exit status: 0 every node up and nothing missing, 2 some nodes down (or drives missing,
+failed or new, or parts below full redundancy) but the write quorum holds, 3 the write quorum
 is lost (so scripts and cron can act on it without parsing).
 """
 
@@ -37,6 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds to wait for each node (default 5)")
     p.add_argument("--watch", type=float, nargs="?", const=2.0, default=None,
                    metavar="SECONDS", help="show it again every SECONDS (default 2)")
+    p.add_argument("--census", action="store_true",
+                   help="count the parts below full redundancy by listing every node")
     p.set_defaults(func=cmd_status)
 
 
@@ -54,7 +63,8 @@ async def _node_status(client: Any) -> dict[str, Any]:
         return out
     out["up"] = True
     out["drives"] = [{k: d.get(k) for k in ("drive", "path", *SUMMED, *CAPACITY,
-                                             "write_amplification",
+                                             "write_amplification", "failed", "error",
+                                             "identity", "replaced", "layout_state",
                                              "zones_by_condition", "open_zones",
                                              "max_open_zones")} for d in stats.get("drives", [])]
     out["totals"] = dict(stats.get("totals") or {})
@@ -65,16 +75,59 @@ async def _node_status(client: Any) -> dict[str, Any]:
     return out
 
 
-async def gather_status(config: ClusterConfig, node_timeout: float = 5.0) -> dict[str, Any]:
+async def current_layout(config: ClusterConfig) -> tuple[Any, str]:
+    """(the cluster layout, where it came from), read only: the gateways' metadata store when
+    this machine reaches it, else the layout files, else the cluster file's bootstrap."""
+    from erasure.clusterlayout import ClusterLayout
+    from erasure.layoutstore import FileLayoutStore
+    from gateway.metadata import describe, store_from_config, store_path
+    from gateway.store.layoutstore import StoreLayouts
+    from gateway.store.partowners import owners_for
+    if owners_for(config) is not None:
+        store = store_from_config(config.gateway)
+        try:
+            await store.start()
+            got = await StoreLayouts(store).current()
+            if got is not None:
+                return got, f"metadata store {describe(store_path(config.gateway))}"
+        except Exception:
+            pass
+        finally:
+            await store.close()
+    got = await FileLayoutStore(config.erasure.state_dir).current()
+    if got is not None:
+        return got, f"{config.erasure.state_dir}/layout"
+    return ClusterLayout.bootstrap(config), f"{config.source} (no layout stored yet)"
+
+
+async def run_census(config: ClusterConfig, layout: Any) -> dict[str, Any]:
+    """erasure/layouthealth.py's census from here (a listing of every node)."""
+    from erasure.cluster import ErasureCluster
+    from erasure.layouthealth import census
+    async with ErasureCluster(config, layout=layout, health_interval=0,
+                              auto_repair=False) as c:
+        return (await census(c)).to_dict()
+
+
+async def gather_status(config: ClusterConfig, node_timeout: float = 5.0,
+                        with_census: bool = False) -> dict[str, Any]:
     """The status document (what `--json` prints)."""
+    from erasure.config import NodeSpec
+    from erasure.layouthealth import NodeView, layout_report
     from erasure.nodeclient import NodeClient, make_session
 
+    layout, layout_from = await current_layout(config)
     async with make_session() as session:
-        clients = [NodeClient(n, config.secret, session, node_timeout) for n in config.nodes]
+        clients = [NodeClient(NodeSpec(n.id, n.url, n.domain, tuple(d.path for d in n.drives)),
+                              config.secret, session, node_timeout) for n in layout.known()]
         nodes, health = await asyncio.gather(
             asyncio.gather(*(_node_status(c) for c in clients)),
             _gateway_health(config, min(node_timeout, 2.0)))
         nodes = list(nodes)
+    report = layout_report(layout, {n["id"]: NodeView(n["up"], {}, n["drives"] if n["up"]
+                                                      else None) for n in nodes})
+    census = await run_census(config, layout) if with_census else (
+        (health or {}).get("census"))
     totals: dict[str, Any] = {k: 0 for k in SUMMED}
     zones: dict[str, int] = {}
     drives = 0
@@ -93,16 +146,23 @@ async def gather_status(config: ClusterConfig, node_timeout: float = 5.0) -> dic
     totals["write_amplification"] = (totals["device_bytes_written"] / totals["user_bytes_written"]
                                      if totals["user_bytes_written"] else None)
     down = [n["id"] for n in nodes if not n["up"]]
-    e = config.erasure
+    s = layout.scheme
+    wq = config.erasure.write_quorum if config.erasure.scheme == s else min(s.k + 1, s.n)
     up = len(nodes) - len(down)
     awaiting, where = await repair_backlog(config)
     return {
         "nodes": nodes,
         "nodes_up": up,
         "nodes_down": down,
-        "erasure": {"k": e.k, "m": e.m, "write_quorum_needed": e.write_quorum},
-        "write_quorum": up >= e.write_quorum,
-        "read_quorum": len(down) <= e.m and up >= e.k,
+        "erasure": {"k": s.k, "m": s.m, "write_quorum_needed": wq},
+        "write_quorum": up >= wq,
+        "read_quorum": len(down) <= s.m and up >= s.k,
+        # what the layout says should exist but does not (erasure/layouthealth.py)
+        "layout": report,
+        "layout_from": layout_from,
+        # parts below full redundancy: the gateway's census or --census; None: unknown
+        "census": census,
+        "parts_below_full_redundancy": census.get("below_full") if census else None,
         "totals": totals,
         # None: this machine has no repair queue (it lives where the gateway runs)
         "parts_awaiting_repair": awaiting,
@@ -137,7 +197,9 @@ async def repair_backlog(config: ClusterConfig) -> tuple[int | None, str]:
 def exit_code(doc: dict[str, Any]) -> int:
     if not doc["write_quorum"]:
         return EXIT_NO_QUORUM
-    return EXIT_DEGRADED if doc["nodes_down"] else EXIT_OK
+    bad = doc["nodes_down"] or (doc.get("layout") or {}).get("problems") or \
+        doc.get("parts_below_full_redundancy")
+    return EXIT_DEGRADED if bad else EXIT_OK
 
 
 def _size(n: float | None) -> str:
@@ -204,6 +266,23 @@ def render(doc: dict[str, Any], console: Any) -> None:
                       f"garbage, {_size(t.get('stranded_bytes'))} stranded")
     zc = _zone_counts(t["zones_by_condition"])
     console.print("zones: " + (", ".join(f"{n} {k}" for k, n in zc.items() if n) or "-"))
+    lay = doc.get("layout") or {}
+    if lay:
+        extra = [f"{len(lay[k])} {k.split('_')[1]}" for k in ("nodes_draining", "nodes_gone")
+                 if lay.get(k)]
+        console.print(f"layout v{lay['layout_version']} ({doc.get('layout_from')})"
+                      + (f": {', '.join(extra)}" if extra else ""))
+        for line in lay.get("problems") or []:
+            console.print(f"[red]{line}[/]", overflow="fold")
+    below = doc.get("parts_below_full_redundancy")
+    census = doc.get("census") or {}
+    if below is None:
+        console.print("parts below full redundancy: unknown (`--census` counts them)")
+    else:
+        style = "green" if below == 0 else "red"
+        console.print(f"parts below full redundancy: [{style}]{below}[/] of "
+                      f"{census.get('parts', '?')} (census of layout "
+                      f"v{census.get('layout_version', '?')})")
     backlog = doc["parts_awaiting_repair"]
     if backlog is None:
         console.print(f"repair backlog: unknown here ({doc['repair_queue']})")
@@ -272,7 +351,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     code = EXIT_OK
     try:
         while True:
-            doc = asyncio.run(gather_status(config, args.timeout))
+            doc = asyncio.run(gather_status(config, args.timeout, args.census))
             code = exit_code(doc)
             if args.json:
                 # with --watch: one document per line

@@ -7,7 +7,12 @@
   read quorum (at most m nodes down, so every whole part keeps k readable fragments) hold and
   which nodes are down; `nodes_full` lists the nodes that are up but out of writable space (no
   new fragments go there until they have room; not a failure by itself); 200 when both hold,
-  else 503.
+  else 503. With a cluster layout (issue 25) it also says what should exist but does not
+  (`layout`: nodes missing, drives missing, failed, new in a used slot, replaced; one line
+  each in `problems`) and how many parts are below full redundancy (`census`, a count from
+  a listing of every node, redone in the background when older than `[gateway]
+  census_seconds`, default 300, or of an older layout; `parts_below_full_redundancy` is None
+  until the first count); `status` is "degraded" while any of these is not clean.
 - `/metrics`: Prometheus text (gateway/server/metrics.py).
 
 These paths are also valid S3 paths (`GET /metrics` lists a bucket named "metrics"). The S3 API
@@ -92,7 +97,7 @@ async def readiness(gateway: Any) -> tuple[int, dict[str, Any]]:
     problem = await metadata_problem(gateway)
     if problem:
         reasons.append(problem)
-    cluster = gateway.store.storage.cluster
+    cluster = gateway.storage.cluster
     await refresh_nodes(cluster)
     health = cluster_health(cluster)
     if not health["write_quorum"]:
@@ -106,11 +111,25 @@ async def readiness(gateway: Any) -> tuple[int, dict[str, Any]]:
 
 async def cluster_status(gateway: Any) -> tuple[int, dict[str, Any]]:
     """(status, body) of /health/cluster."""
-    cluster = gateway.store.storage.cluster
+    cluster = gateway.storage.cluster
     await refresh_nodes(cluster)
     health = cluster_health(cluster)
     ok = health["write_quorum"] and health["read_quorum"]
-    return (200 if ok else 503), {"status": "ok" if ok else "degraded", **health}
+    clean = ok and not health["nodes_down"]
+    if hasattr(cluster, "layout_report"):
+        report = cluster.layout_report()
+        cluster.census_soon()
+        c = cluster.last_census
+        health["layout"] = report
+        health["census"] = c.to_dict() if c is not None else None
+        health["parts_below_full_redundancy"] = c.below_full if c is not None else None
+        try:
+            health["parts_awaiting_repair"] = await asyncio.wait_for(
+                cluster.repair_queue.size(), NODE_CHECK_TIMEOUT)
+        except Exception:  # the store is away: unknown, not a failure of this endpoint
+            health["parts_awaiting_repair"] = None
+        clean = clean and not report["problems"] and not (c is not None and c.below_full)
+    return (200 if ok else 503), {"status": "ok" if clean else "degraded", **health}
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any], head: bool) -> None:

@@ -133,6 +133,8 @@ class Storage:
             if "layout_poll_seconds" in gw:
                 kw["layout_poll"] = float(gw["layout_poll_seconds"])
         cluster = ErasureCluster(config, **kw)
+        if "census_seconds" in gw:
+            cluster.census_max_age = float(gw["census_seconds"])
         if "repair_lease_seconds" in gw:
             cluster.repair_lease = float(gw["repair_lease_seconds"])
         return cls(cluster, pending_grace=grace)

@@ -181,11 +181,13 @@ class OperatorEndpoints:
 def install(app: Any) -> None:
     """Add the operator endpoints and request metrics to the gateway's starlette app and
     instrument its erasure cluster (call in create_app, before the app starts)."""
-    from gateway.server.metrics import MetricsMiddleware, instrument_cluster
+    from gateway.server.metrics import MetricsMiddleware, instrument_cluster, instrument_mover
     gw = getattr(app.state, "gateway", None)
     cluster = getattr(getattr(gw, "storage", None), "cluster", None)
     if cluster is not None:
         instrument_cluster(cluster)
+    if getattr(gw, "mover", None) is not None:
+        instrument_mover(gw.mover)
     # added last = outermost: operator requests are not counted as S3 requests
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(OperatorEndpoints)

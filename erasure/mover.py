@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["Fill", "Move", "MoveStore", "Mover", "PartIndex", "Throttle", "plan"]
 
 log = logging.getLogger(__name__)
-RUN_LEASE = 120.0    # seconds the run is this mover's alone (renewed as it goes)
-PART_LEASE = 600.0   # seconds a part being moved is this mover's alone
+RUN_LEASE = 30.0     # seconds the run is this mover's alone (renewed as it goes)
+PART_LEASE = 300.0   # seconds a part being moved is this mover's alone
+RETRY_AFTER = 300.0  # seconds before a run that left moves undone tries them again
 PAGE = 200           # recorded parts per index page
 MAX_PASSES = 4       # passes over the index per run while moves keep succeeding
 SAVE_EVERY = 5.0     # seconds between saves of the run's progress
@@ -129,6 +130,7 @@ class RunState:
     owner: str = ""
     rate: float = 0.0           # bytes/s moved, this run
     balance: bool = False       # even the nodes' fill out too (else: only what must move)
+    swept: int = 0              # records no part record names, moved off draining nodes
     shape: dict[str, float] = field(default_factory=dict)  # writable nodes' weights
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,6 +163,7 @@ class Mover:
         self.layout = layout
         self.throttle = Throttle(rate, rate_total)
         self.run_lease, self.part_lease = RUN_LEASE, PART_LEASE
+        self.retry_after = RETRY_AFTER
         self.state = RunState()
         self.stats: Counter[str] = Counter()  # this process: fragments/bytes moved, failures
         self._saved = 0.0
@@ -181,7 +184,7 @@ class Mover:
         st = RunState.from_dict(await self.store.get("run"))
         req = float((await self.store.get("request") or {}).get("at", 0.0))
         if st.phase == "done" and st.version == layout.version and req <= st.requested \
-                and not await self.store.leftovers("part:", 1):
+                and not self._retry_due(st) and not await self.store.leftovers("part:", 1):
             self.state = st
             return st
         if not await self.store.claim("run", self.owner, self.run_lease):
@@ -197,6 +200,8 @@ class Mover:
                 st = RunState(version=layout.version, requested=max(req, st.requested),
                               started=time.time(), shape=shape,
                               balance=new_shape or req > st.requested)
+            elif self._retry_due(st):  # moves left undone (a node down, full, leased)
+                st.phase, st.passes, st.cursor = "move", 0, ""
             st.owner = self.owner
             self.state = st
             await self.finish_leftovers()
@@ -214,6 +219,10 @@ class Mover:
                 await self.store.release("run", self.owner)
             except LostLease:
                 pass
+
+    def _retry_due(self, st: RunState) -> bool:
+        return st.phase == "done" and bool(st.failed or st.stuck) and \
+            time.time() - st.finished >= self.retry_after
 
     async def _save(self, force: bool = False) -> bool:
         now = time.time()
@@ -338,6 +347,12 @@ class Mover:
             if st.moves == done_before or (st.failed == 0 and st.stuck == 0
                                            and fill.balanced()):
                 break
+        if st.failed == 0 and st.stuck == 0:
+            from erasure.movesweep import sweep_draining
+            swept, stuck, failed = await sweep_draining(self.cluster, layout)
+            st.swept += swept
+            st.stuck += stuck
+            st.failed += failed
         st.phase = "done"
         st.finished = time.time()
         log.info("mover: run for layout v%d done: %d fragments moved (%d rebuilt), %d failed, "

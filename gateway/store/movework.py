@@ -4,7 +4,9 @@ or a crashed mover left a run or parts unfinished. Every gateway runs one; the r
 one of them move at a time, and another resumes its run if it dies.
 
 Settings: `[erasure] move_rate` / `move_rate_total` (bytes/s per node and for the whole
-cluster), `[gateway] mover_interval_seconds` (default 10; 0 = no mover in this gateway)."""
+cluster), `[gateway] mover_interval_seconds` (default 10; 0 = no mover in this gateway),
+`mover_lease_seconds` (the run's and each part's lease: how soon another gateway takes over
+from a dead mover; default 30 s for the run, 300 s for a part)."""
 
 from __future__ import annotations
 
@@ -44,10 +46,15 @@ class MoverService:
     def from_gateway(cls, config: Any, cluster: Any, store: Any) -> MoverService:
         gw = dict(getattr(config, "gateway", None) or {})
         e = getattr(config, "erasure", None)
-        return cls(cluster, store,
-                   interval=float(gw.get("mover_interval_seconds", DEFAULT_INTERVAL)),
-                   rate=float(getattr(e, "move_rate", 0.0) or 0.0),
-                   rate_total=float(getattr(e, "move_rate_total", 0.0) or 0.0))
+        svc = cls(cluster, store,
+                  interval=float(gw.get("mover_interval_seconds", DEFAULT_INTERVAL)),
+                  rate=float(getattr(e, "move_rate", 0.0) or 0.0),
+                  rate_total=float(getattr(e, "move_rate_total", 0.0) or 0.0))
+        if "mover_lease_seconds" in gw:  # how soon another gateway takes over a dead mover
+            lease = float(gw["mover_lease_seconds"])
+            svc.mover.run_lease = svc.mover.part_lease = lease
+            svc.mover.retry_after = 2 * lease
+        return svc
 
     def kick(self, *_: Any) -> None:
         """Look now (a new layout was adopted)."""

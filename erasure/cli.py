@@ -105,6 +105,12 @@ async def _repair(cfg: ClusterConfig, args: argparse.Namespace) -> int:
             await owners.start()
         # the gateways' shared queue in their store, unless told to use a state directory
         queues = owners.queues() if owners is not None and args.state_dir is None else {}
+        if "layout_store" not in queues:
+            # erasure-only use: the layout files beside the queue files, if any
+            from erasure.layoutstore import FileLayoutStore
+            layout = await FileLayoutStore(args.state_dir or cfg.erasure.state_dir).current()
+            if layout is not None:
+                queues["layout"] = layout
         async with ErasureCluster(cfg, state_dir=args.state_dir, health_interval=0,
                                   auto_repair=False, **queues) as cluster:
             report = await _run_repair(console, cluster, args, repair, owners)

@@ -137,5 +137,9 @@ async def import_state_dir(store: MetadataStore, state_dir: str | Path) -> tuple
 
 
 def shared_queues(store: MetadataStore) -> dict[str, Any]:
-    """ErasureCluster keyword arguments: the queues on `store`."""
-    return {"repair_queue": StoreRepairQueue(store), "deletions": StoreDeletions(store)}
+    """ErasureCluster keyword arguments: the queues on `store`, and the cluster layout kept
+    there (gateway/store/layoutstore.py), so that every tool on the store (repair, recover,
+    bucket markers) sees the nodes the layout has, not only the cluster file's."""
+    from gateway.store.layoutstore import StoreLayouts
+    return {"repair_queue": StoreRepairQueue(store), "deletions": StoreDeletions(store),
+            "layout_store": StoreLayouts(store)}

@@ -128,8 +128,7 @@ class Storage:
         kw: dict[str, Any] = {}
         if store is not None:
             from gateway.store.erasurequeues import shared_queues
-            from gateway.store.layoutstore import StoreLayouts
-            kw = {**shared_queues(store), "layout_store": StoreLayouts(store)}
+            kw = shared_queues(store)
             if "layout_poll_seconds" in gw:
                 kw["layout_poll"] = float(gw["layout_poll_seconds"])
         cluster = ErasureCluster(config, **kw)

@@ -56,6 +56,14 @@ def moved_to(g: Gateway, version: int, timeout: float = 90.0) -> dict[str, Any]:
     return got
 
 
+def run_doc(g: Gateway) -> dict[str, Any]:
+    """The mover's run as stored (what `zonegate status` shows), read from the SQLite file."""
+    import sqlite3
+    with sqlite3.connect(g.meta_path) as c:
+        row = c.execute("SELECT doc FROM move_leases WHERE name='run'").fetchone()
+    return json.loads(row[0]) if row and row[0] else {}
+
+
 def records(g: Gateway) -> dict[str, PartLayout]:
     """Every recorded part layout, read from the gateway's SQLite file (WAL: alongside it)."""
     import sqlite3
@@ -124,7 +132,9 @@ def test_a_new_node_is_rebalanced_to_within_5_percent(tmp_path: Path) -> None:
 
 
 def test_drain_under_load_with_the_mover_killed(tmp_path: Path) -> None:
-    g = Gateway(tmp_path, nodes=7, gateway_options=OPTS)
+    # paced slowly (~1 MiB of fragments leave node02 at 96 KiB/s) so the kill lands mid-drain
+    g = Gateway(tmp_path, nodes=7, gateway_options=OPTS,
+                erasure_options={"move_rate": 96 * 1024})
     with serving(g):
         s3 = g.client()
         s3.create_bucket(Bucket="bkt")
@@ -164,11 +174,12 @@ def test_drain_under_load_with_the_mover_killed(tmp_path: Path) -> None:
             zg(g, "layout", "node", "drain", "node02")
             zg(g, "layout", "apply")
             # SIGKILL the gateway (the mover) once it has moved some fragments
-            assert wait_for(lambda: (status(g).get("moves") or {}).get("moves", 0) > 3
-                            and (status(g).get("moves") or {}).get("version") == 2, 60)
+            assert wait_for(lambda: run_doc(g).get("version") == 2
+                            and run_doc(g).get("moves", 0) > 3, 60)
             assert g.proc is not None
             os.killpg(g.proc.pid, signal.SIGKILL)
             g.proc.wait()
+            assert run_doc(g)["phase"] == "move"  # killed mid-drain
             g.start_gateway()
             moved_to(g, 2)
         finally:

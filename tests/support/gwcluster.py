@@ -58,11 +58,13 @@ class Gateway:
                  workers: int = 1, segment_size: int = 1024 * 1024,
                  gateway_options: dict[str, Any] | None = None,
                  geometry: Geometry | None = None, node_args: Sequence[str] = (),
-                 config_nodes: int | None = None, drives_per_node: int = 1) -> None:
+                 config_nodes: int | None = None, drives_per_node: int = 1,
+                 erasure_options: dict[str, Any] | None = None) -> None:
         self.root = Path(root)
         # node processes beyond the first `config_nodes` run but are not in the cluster file
         # (nodes a test adds with `zonegate layout node add`)
         self.config_nodes = nodes if config_nodes is None else config_nodes
+        self.erasure_options = dict(erasure_options or {})
         self.nodes = NodeCluster(self.root / "nodes", nodes, drives_per_node=drives_per_node,
                                  secret="gw-test-secret", geometry=geometry,
                                  extra_args=node_args)
@@ -84,7 +86,7 @@ class Gateway:
         write_config(self.config_path, {
             "secret": self.nodes.secret,
             "erasure": {"k": self.k, "m": self.m, "segment_size": self.segment_size,
-                        "state_dir": str(self.root / "erasure")},
+                        "state_dir": str(self.root / "erasure"), **self.erasure_options},
             "gateway": {"listen": f"127.0.0.1:{self.port}", "metadata": str(self.meta_path),
                         **self.gateway_options},
             "users": [{"name": "alice", "access_key": ACCESS_KEY, "secret_key": SECRET_KEY},

@@ -131,6 +131,7 @@ class RunState:
     rate: float = 0.0           # bytes/s moved, this run
     balance: bool = False       # even the nodes' fill out too (else: only what must move)
     swept: int = 0              # records no part record names, moved off draining nodes
+    spread: float = 0.0         # the largest fill deviation left (rebalance runs)
     shape: dict[str, float] = field(default_factory=dict)  # writable nodes' weights
 
     def to_dict(self) -> dict[str, Any]:
@@ -221,7 +222,8 @@ class Mover:
                 pass
 
     def _retry_due(self, st: RunState) -> bool:
-        return st.phase == "done" and bool(st.failed or st.stuck) and \
+        unfinished = st.failed or st.stuck or st.spread > TOLERANCE
+        return st.phase == "done" and bool(unfinished) and \
             time.time() - st.finished >= self.retry_after
 
     async def _save(self, force: bool = False) -> bool:
@@ -314,11 +316,11 @@ class Mover:
                     st.stuck += _unplaced(layout, part, moves, lost)
                     if not moves:
                         continue
-                    ok = await self.move_part(ref, part, moves, size)
+                    ok = {m.index: m for m in await self.move_part(ref, part, moves, size)}
                     for m in moves:
-                        if m in ok:
+                        if m.index in ok:  # as planned, or rebuilt (the source unreadable)
                             st.moves += 1
-                            st.rebuilt += m.rebuild
+                            st.rebuilt += ok[m.index].rebuild
                             st.bytes_moved += size
                             moved_here += size
                         else:
@@ -344,6 +346,7 @@ class Mover:
             assert fill is not None
             st.bytes_left = left_bytes + fill.excess()
             st.parts_left = left_parts
+            st.spread = fill.spread() if st.balance else 0.0
             if st.moves == done_before or (st.failed == 0 and st.stuck == 0
                                            and fill.balanced()):
                 break
@@ -398,7 +401,7 @@ class Mover:
             if await self.tidy(uid, journal, current):
                 await self.store.release(name, self.owner, drop=True)
         except NodeError as e:  # the tidy could not reach a node: the journal stays leased
-            log.warning("mover: part %s left for a later tidy: %s", uid, e)
+            log.info("mover: part %s left for a later tidy: %s", uid, e)
         except asyncio.CancelledError:
             raise
         except Exception:

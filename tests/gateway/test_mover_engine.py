@@ -9,117 +9,23 @@ nodes, and the fragment audit is clean."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import random
 import shutil
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from erasure.audit import audit
-from erasure.cluster import ErasureCluster
-from erasure.clusterlayout import Change, apply_changes
-from erasure.config import ClusterConfig
-from erasure.layout import PartLayout
+from erasure.clusterlayout import Change
 from erasure.moveplan import Fill
-from erasure.mover import Mover
-from gateway.metadata import BucketRecord, ObjectRecord, open_store
-from gateway.store.layoutstore import StoreLayouts
-from gateway.store.moves import StoreMoveLeases, StorePartIndex
-from tests.support.erasurekit import put, read
-from tests.support.nodeproc import NodeCluster, create_emulated_drive
-
-SECRET = "mover-test-secret"
-SIZE = 40_000  # equal parts: fill is counted in fragments
-
-
-def config(nc: NodeCluster, ids: list[int], state: Path) -> ClusterConfig:
-    return ClusterConfig.from_dict({
-        "secret": SECRET,
-        "erasure": {"k": 4, "m": 2, "segment_size": 64 * 1024, "state_dir": str(state),
-                    "node_timeout": 10},
-        "nodes": [{"id": nc.ids[i], "url": nc.urls[i],
-                   "drives": [str(d) for d in nc.drive_paths(i)]} for i in ids],
-    }, source="test")
-
-
-class Rig:
-    """A cluster, a metadata store recording one object per part, and a mover."""
-
-    def __init__(self, cluster: ErasureCluster, store, layouts: StoreLayouts) -> None:
-        self.c, self.store, self.layouts = cluster, store, layouts
-        self.blobs: dict[str, bytes] = {}
-
-    def mover(self, owner: str = "gw-1") -> Mover:
-        return Mover(self.c, StorePartIndex(self.store), StoreMoveLeases(self.store),
-                     owner=owner, layout=lambda: self.c.layout)
-
-    async def write(self, n: int, seed: int) -> None:
-        rng = random.Random(seed)
-        await self.store.create_bucket(BucketRecord("b", "alice", 1.0))
-        for i in range(n):
-            uid = f"w{seed}x{i:03d}.p1"
-            data = rng.randbytes(SIZE)
-            lay = await put(self.c, uid, data)
-            self.blobs[uid] = data
-            await self.store.put_object(ObjectRecord(
-                "b", f"k{seed}-{i:03d}", SIZE, hashlib.md5(data).hexdigest(), time.time(),
-                "alice", uid[:-3], parts=[{"number": 1, "size": SIZE, "etag": "e",
-                                           "layout": lay.to_dict()}]))
-
-    async def apply(self, *changes: Change) -> None:
-        cur = await self.layouts.current()
-        assert cur is not None
-        assert await self.layouts.publish(apply_changes(cur, list(changes)), cur.version)
-        assert await self.c.refresh_layout()
-
-    async def recorded(self) -> dict[str, PartLayout]:
-        out, cursor = {}, ""
-        while True:
-            items, nxt = await StorePartIndex(self.store).page(cursor, 100)
-            out.update({p.part_uid: p for _, p in items})
-            if nxt is None:
-                return out
-            cursor = nxt
-
-    async def check(self) -> Counter[str]:
-        """Byte-exact reads by the records, fragments exactly where recorded, k+m on distinct
-        nodes and domains; audit clean. Returns fragments per node."""
-        recs = await self.recorded()
-        assert sorted(recs) == sorted(self.blobs)
-        scanned = {p.part_uid: p for p in await self.c.scan("w")}
-        per_node: Counter[str] = Counter()
-        for uid, lay in recs.items():
-            assert await read(self.c, lay) == self.blobs[uid], uid
-            found = scanned[uid].fragments
-            assert {i: [n] for i, n in lay.placement.items()} == found, uid  # no extra copy
-            assert len(set(lay.placement.values())) == 6 and lay.missing == []
-            domains = {self.c.layout.node(n).domain for n in lay.placement.values()}
-            assert len(domains) == 6
-            per_node.update(lay.placement.values())
-        report = await audit(self.c, self.owners)
-        assert report.clean, report.summary()
-        return per_node
-
-    async def owners(self) -> dict[str, str]:
-        return await self.store.part_owners()
+from gateway.store.moves import StoreMoveLeases
+from tests.support.moverrig import Rig, rig_on
+from tests.support.nodeproc import create_emulated_drive
 
 
 @pytest.fixture
 async def rig(tmp_path: Path):
-    with NodeCluster(tmp_path / "nodes", 8, drives_per_node=2, secret=SECRET) as nc:
-        store = open_store(str(tmp_path / "meta.sqlite"))
-        await store.start()
-        layouts = StoreLayouts(store)
-        cfg = config(nc, list(range(7)), tmp_path / "state")
-        async with ErasureCluster(cfg, layout_store=layouts, layout_poll=0,
-                                  auto_repair=False) as c:
-            r = Rig(c, store, layouts)
-            r.nc = nc  # type: ignore[attr-defined]
-            yield r
-        await store.close()
+    async with rig_on(tmp_path) as r:
+        yield r
 
 
 def spread(rig: Rig, per_node: Counter[str]) -> float:
@@ -133,7 +39,8 @@ async def test_a_new_node_is_filled_to_within_5_percent(rig: Rig) -> None:
     await rig.mover().request()
     st = await rig.mover().run_once()
     assert st is not None and st.phase == "done"
-    nc = rig.nc  # type: ignore[attr-defined]
+    nc = rig.nc
+    assert nc is not None
     await rig.apply(Change("node add", {"id": "node07", "url": nc.urls[7],
                                         "drives": [str(d) for d in nc.drive_paths(7)]}))
     dry = await rig.mover().dry_run()
@@ -162,7 +69,8 @@ async def test_a_drained_node_ends_empty_and_a_gone_one_is_rebuilt(rig: Rig) -> 
     await rig.apply(Change("node remove", {"id": "node01"}))
     # node03 dies for good: removed (node07 joins so that 6 nodes take writes), its
     # fragments rebuilt from parity elsewhere
-    nc = rig.nc  # type: ignore[attr-defined]
+    nc = rig.nc
+    assert nc is not None
     nc.kill(3)
     await rig.apply(Change("node remove", {"id": "node03"}),
                     Change("node add", {"id": "node07", "url": nc.urls[7],
@@ -175,7 +83,8 @@ async def test_a_drained_node_ends_empty_and_a_gone_one_is_rebuilt(rig: Rig) -> 
 
 
 async def test_a_replaced_drive_gets_back_what_it_held(rig: Rig) -> None:
-    nc = rig.nc  # type: ignore[attr-defined]
+    nc = rig.nc
+    assert nc is not None
     await rig.write(40, seed=3)
     assert (await rig.mover().run_once()).moves == 0  # v1: nothing to do
     held = {r.id for r in [r async for r in rig.c.clients["node02"].scan("w")]}

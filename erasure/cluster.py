@@ -150,10 +150,15 @@ class ErasureCluster:
         Returns the clients made new."""
         new: dict[str, NodeClient] = {}
         made = []
+        # How this machine reaches a node is its cluster file's business: a node the file
+        # names is asked at the file's url (a `zonegate dev` restart may move a port), the
+        # others at the layout's.
+        local = {n.id: n.url for n in self.config.nodes}
         for n in self.layout.known():
-            spec = NodeSpec(n.id, n.url, n.domain, tuple(d.path for d in n.drives))
+            url = local.get(n.id, n.url)
+            spec = NodeSpec(n.id, url, n.domain, tuple(d.path for d in n.drives))
             c = self.clients.get(n.id)
-            if c is None or c.spec.url != n.url:
+            if c is None or c.spec.url != url:
                 c = self._client(spec)
                 made.append(c)
             else:
@@ -644,11 +649,11 @@ class ErasureCluster:
                 out.append((client.id, rec))
             return out
 
-        results = await asyncio.gather(*(one(c) for c in self.clients.values()),
-                                       return_exceptions=True)
+        clients = list(self.clients.values())  # adopt() may put a new dict in place meanwhile
+        results = await asyncio.gather(*(one(c) for c in clients), return_exceptions=True)
         parts: dict[str, ScannedPart] = {}
         self.unreachable = []
-        for client, res in zip(self.clients.values(), results, strict=True):
+        for client, res in zip(clients, results, strict=True):
             if isinstance(res, BaseException):
                 if not isinstance(res, NodeError):
                     raise res

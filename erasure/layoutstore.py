@@ -17,17 +17,19 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from erasure.clusterlayout import Change, ClusterLayout
+from erasure.clusterlayout import Change, ClusterLayout, LayoutError
 
 if TYPE_CHECKING:
     from erasure.config import ClusterConfig
 
 HISTORY = 20  # versions `history()` returns by default
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -57,7 +59,13 @@ async def load_or_bootstrap(store: LayoutStore, config: ClusterConfig) -> Cluste
     cur = await store.current()
     if cur is not None:
         return cur
-    await store.publish(ClusterLayout.bootstrap(config), 0)
+    first = ClusterLayout.bootstrap(config)
+    try:
+        first.validate()
+    except LayoutError as e:  # kept as it is (it ran so before), but said
+        log.warning("the cluster file's layout cannot hold k+m per part with full "
+                    "redundancy: %s (fix it with `zonegate layout`)", e)
+    await store.publish(first, 0)
     cur = await store.current()
     if cur is None:  # pragma: no cover - a store that drops what it was given
         raise RuntimeError("the layout store kept no layout after the bootstrap")

@@ -188,6 +188,10 @@ def cmd_show(args: argparse.Namespace) -> int:
                               "staged": [c.to_dict() for c in staged]}, indent=2))
         else:
             print(render(layout, staged))
+            try:
+                layout.validate()
+            except LayoutError as e:
+                print(f"warning: {e}")
         return 0
     return _run(args, fn)
 

@@ -154,6 +154,16 @@ async def test_old_parts_keep_their_scheme_after_a_switch(seven: NodeCluster,
             assert layouts[uid].scheme.n == 6
             assert await read(c, layouts[uid]) == b
         assert c.stats["fragment_errors"] == 0
+        # a node weighted 4 takes a bigger share of new fragments (7 nodes, 3 per part);
+        # one weighted 0 takes none
+        await apply(store, c, Change("node weight", {"id": "node03", "weight": 4}),
+                    Change("node weight", {"id": "node05", "weight": 0}))
+        for i in range(60):
+            await put(c, f"w{i:03d}", b"w" * 5_000)
+        got = count(await c.scan("w"))
+        assert got["node05"] == 0 and sum(got.values()) == 180
+        others = [got[n] for n in c.clients if n not in ("node03", "node05")]
+        assert got["node03"] > 1.5 * max(others), got
 
 
 def _get(nc: NodeCluster, i: int, path: str) -> dict:

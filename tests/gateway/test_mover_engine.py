@@ -18,8 +18,11 @@ import pytest
 from erasure.clusterlayout import Change
 from erasure.moveplan import Fill
 from gateway.store.moves import StoreMoveLeases
+from tests.support import storebackends
 from tests.support.moverrig import Rig, rig_on
 from tests.support.nodeproc import create_emulated_drive
+
+pg_server = storebackends.pg_server
 
 
 @pytest.fixture
@@ -124,3 +127,22 @@ async def test_a_mover_killed_mid_move_is_finished_by_the_next(rig: Rig) -> None
     per_node = await rig.check()
     assert per_node["node05"] == 0
     assert await StoreMoveLeases(rig.store).leftovers("part:") == []
+
+
+async def test_two_movers_on_postgres_move_each_fragment_once(
+        tmp_path: Path, pg_server) -> None:  # noqa: F811 - the fixture
+    """Two gateways' movers on one PostgreSQL store at once: one run, each fragment moved
+    once, the records follow."""
+    async with rig_on(tmp_path, target=pg_server.new_database(),
+                      password_file=str(pg_server.password_file)) as rig:
+        await rig.write(40, seed=5)
+        await rig.mover().run_once()
+        await rig.apply(Change("node drain", {"id": "node04"}))
+        a, b = rig.mover("gw-a"), rig.mover("gw-b")
+        got = await asyncio.gather(a.run_once(), b.run_once())
+        done = [st for st in got if st is not None]
+        assert done and all(st.phase == "done" for st in done)
+        moved = a.stats["fragments_moved"] + b.stats["fragments_moved"]
+        per_node = await rig.check()
+        assert per_node["node04"] == 0
+        assert moved == max(st.moves for st in done)  # none moved twice

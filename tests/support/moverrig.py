@@ -103,11 +103,14 @@ class Rig:
 
 @contextlib.asynccontextmanager
 async def rig_on(tmp_path: Path, nodes: int = 8, in_config: int = 7,
-                 geometry: Geometry | None = None) -> AsyncIterator[Rig]:
-    """`nodes` node processes (2 drives each), the first `in_config` in the cluster file."""
+                 geometry: Geometry | None = None, target: str | None = None,
+                 password_file: str | None = None) -> AsyncIterator[Rig]:
+    """`nodes` node processes (2 drives each), the first `in_config` in the cluster file;
+    the metadata store on `target` (a PostgreSQL URL) or a SQLite file."""
     with NodeCluster(tmp_path / "nodes", nodes, drives_per_node=2, secret=SECRET,
                      geometry=geometry) as nc:
-        store = open_store(str(tmp_path / "meta.sqlite"))
+        store = open_store(target or str(tmp_path / "meta.sqlite"),
+                           password_file=password_file)
         await store.start()
         layouts = StoreLayouts(store)
         cfg = config(nc, list(range(in_config)), tmp_path / "state")

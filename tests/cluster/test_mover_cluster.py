@@ -4,7 +4,10 @@ boto3, and the `zonegate layout` / `rebalance` / `status` / `repair --audit` com
 - add a node → the gateways rebalance on their own → every node within 5 % of the mean fill,
   every object byte-exact, the audit clean, nothing left to plan;
 - drain a node while boto3 writes and reads, SIGKILL the gateway (the mover) mid-drain and
-  start it again → the node ends empty and is removed, no acknowledged object lost, audit clean.
+  start it again → the node ends empty and is removed, no acknowledged object lost, audit clean;
+- a drive dies and a new one takes its slot (`layout drive replace`) → what it held is rebuilt
+  onto it: k+m fragments per part on distinct nodes, counted on the nodes;
+- (soak) 12 nodes of 8+2 grow a 13th.
 Small clusters (6-7 nodes, 4+2) keep each test well under a minute on 2 cores."""
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +33,7 @@ from erasure.codec import Codec
 from erasure.layout import PartLayout
 from erasure.moveplan import Fill
 from tests.support.gwcluster import Gateway, serving, wait_for
+from tests.support.nodeproc import create_emulated_drive
 
 OPTS = {"layout_poll_seconds": 0.5, "mover_interval_seconds": 0.5, "mover_lease_seconds": 3}
 
@@ -242,4 +247,41 @@ def test_twelve_nodes_grow_to_thirteen_soak(tmp_path: Path) -> None:
         for k, md5 in md5s.items():
             body = s3.get_object(Bucket="bkt", Key=k)["Body"].read()
             assert hashlib.md5(body).hexdigest() == md5, k
+        audit_clean(g)
+
+
+def test_a_replaced_drive_is_rebuilt_to_full_redundancy(tmp_path: Path) -> None:
+    g = Gateway(tmp_path, nodes=6, drives_per_node=2, gateway_options=OPTS)
+    with serving(g):
+        s3 = g.client()
+        s3.create_bucket(Bucket="bkt")
+        rng = random.Random(9)
+        blobs = {f"d/{i:03d}": rng.randbytes(50_000) for i in range(40)}
+        for k, v in blobs.items():
+            s3.put_object(Bucket="bkt", Key=k, Body=v)
+        moved_to(g, 1)
+        before = _node_ids(g, 2)
+        nc = g.nodes
+        # the drive of node02 holding its records dies; a new empty one takes the slot
+        nc.terminate(2)
+        dead = max(nc.drive_paths(2), key=lambda d: sum(f.stat().st_size
+                                                         for f in d.rglob("*") if f.is_file()))
+        shutil.rmtree(dead)
+        create_emulated_drive(dead, nc.geometry)
+        nc.restart(2, degraded=True)
+        assert len(_node_ids(g, 2)) < len(before)
+        zg(g, "layout", "drive", "replace", "node02", str(dead))
+        zg(g, "layout", "apply")
+        st = moved_to(g, 2)
+        assert st["rebuilt"] > 0 and st["failed"] == 0
+        assert sorted(_node_ids(g, 2)) == sorted(before)  # what it held, back on it
+        # count: k+m fragments per part, each on its own node (= domain here)
+        where: dict[str, set[str]] = {}
+        for i in range(6):
+            for rid in _node_ids(g, i):
+                if ".f" in rid and not rid.startswith("bucket:"):
+                    where.setdefault(rid.rsplit(".f", 1)[0], set()).add(g.nodes.ids[i])
+        assert where and all(len(nodes) == 6 for nodes in where.values()), where
+        for k, v in blobs.items():
+            assert s3.get_object(Bucket="bkt", Key=k)["Body"].read() == v, k
         audit_clean(g)

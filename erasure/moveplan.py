@@ -52,13 +52,11 @@ class Fill:
         self.weights = {n.id: n.weight for n in layout.writable()}
         self.held: Counter[str] = Counter({k: int(v) for k, v in held.items()})
         self._wsum = sum(self.weights.values()) or 1.0
+        self.total = sum(self.held.values())  # kept as moves are added: asked per candidate
 
     def add(self, node: str, n: int) -> None:
         self.held[node] += n
-
-    @property
-    def total(self) -> int:
-        return sum(v for v in self.held.values() if v > 0)
+        self.total += n
 
     def target(self, node: str) -> float:
         return self.total * self.weights.get(node, 0.0) / self._wsum

@@ -43,6 +43,8 @@ RUN_LEASE = 30.0     # seconds the run is this mover's alone (renewed as it goes
 PART_LEASE = 300.0   # seconds a part being moved is this mover's alone
 RETRY_AFTER = 300.0  # seconds before a run that left moves undone tries them again
 PAGE = 200           # recorded parts per index page
+BATCH = 32           # parts journaled under one lease (one store write per batch)
+PARALLEL = 8         # parts of a batch moved at once (the throttle bounds the bytes)
 MAX_PASSES = 4       # passes over the index per run while moves keep succeeding
 SAVE_EVERY = 5.0     # seconds between saves of the run's progress
 
@@ -165,6 +167,8 @@ class Mover:
         self.throttle = Throttle(rate, rate_total)
         self.run_lease, self.part_lease = RUN_LEASE, PART_LEASE
         self.retry_after = RETRY_AFTER
+        self.parallel = PARALLEL
+        self._batches = 0
         self.state = RunState()
         self.stats: Counter[str] = Counter()  # this process: fragments/bytes moved, failures
         self._saved = 0.0
@@ -185,7 +189,7 @@ class Mover:
         st = RunState.from_dict(await self.store.get("run"))
         req = float((await self.store.get("request") or {}).get("at", 0.0))
         if st.phase == "done" and st.version == layout.version and req <= st.requested \
-                and not self._retry_due(st) and not await self.store.leftovers("part:", 1):
+                and not self._retry_due(st) and not await self.store.leftovers("batch:", 1):
             self.state = st
             return st
         if not await self.store.claim("run", self.owner, self.run_lease):
@@ -309,32 +313,35 @@ class Mover:
             left_bytes = left_parts = 0
             while True:
                 items, nxt = await self.index.page(st.cursor, PAGE)
+                batch: list[tuple[str, PartLayout, list[Move], int]] = []
                 for ref, part in items:
                     size = self._frag_bytes(part)
                     lost = await self._lost(part, present) if present else []
                     moves = planner.plan(part, lost=lost, frag_bytes=size)
                     st.stuck += _unplaced(layout, part, moves, lost)
-                    if not moves:
-                        continue
-                    ok = {m.index: m for m in await self.move_part(ref, part, moves, size)}
-                    for m in moves:
-                        if m.index in ok:  # as planned, or rebuilt (the source unreadable)
-                            st.moves += 1
-                            st.rebuilt += ok[m.index].rebuild
-                            st.bytes_moved += size
-                            moved_here += size
-                        else:
-                            st.failed += 1
-                            left_bytes += size
-                            if m.src != m.dst:  # undo the plan's bookkeeping
-                                planner.fill.add(m.dst, -size)  # type: ignore[union-attr]
-                                planner.fill.add(m.src, size)   # type: ignore[union-attr]
-                    left_parts += len(ok) < len(moves)
-                    fill = planner.fill
-                    assert fill is not None
+                    if moves:
+                        batch.append((ref, part, moves, size))
+                for i in range(0, len(batch), BATCH):
+                    chunk = batch[i:i + BATCH]
+                    for (_, _, moves, size), got in zip(chunk, await self.move_batch(chunk),
+                                                        strict=True):
+                        ok = {m.index: m for m in got}
+                        for m in moves:
+                            if m.index in ok:  # as planned, or rebuilt (source unreadable)
+                                st.moves += 1
+                                st.rebuilt += ok[m.index].rebuild
+                                st.bytes_moved += size
+                                moved_here += size
+                            else:
+                                st.failed += 1
+                                left_bytes += size
+                                if m.src != m.dst:  # undo the plan's bookkeeping
+                                    fill.add(m.dst, -size)
+                                    fill.add(m.src, size)
+                        left_parts += len(ok) < len(moves)
+                        st.bytes_left = max(0, st.bytes_left - size * len(ok))
                     st.held = dict(fill.held)
                     st.rate = moved_here / max(time.monotonic() - started, 1e-3)
-                    st.bytes_left = max(0, st.bytes_left - size * len(ok))
                     await self._save()
                 if nxt is None:
                     break
@@ -342,8 +349,6 @@ class Mover:
                 await self._save()
             st.passes += 1
             st.cursor = ""
-            fill = planner.fill
-            assert fill is not None
             st.bytes_left = left_bytes + fill.excess()
             st.parts_left = left_parts
             st.spread = fill.spread() if st.balance else 0.0
@@ -363,18 +368,40 @@ class Mover:
 
     # -- one part ---------------------------------------------------------------------------
 
+    async def move_batch(self, items: list[tuple[str, PartLayout, list[Move], int]]
+                         ) -> list[list[Move]]:
+        """Carry out the moves of several parts, `parallel` at a time, under one lease whose
+        document journals every copy they touch (one store write for the batch, one commit
+        per part). Returns, per part, the moves now committed (the others left nothing)."""
+        name = f"batch:{self.owner}:{self._batches}"
+        self._batches += 1
+        journal = {"parts": [_journal(ref, part, moves) for ref, part, moves, _ in items]}
+        if not await self.store.claim(name, self.owner, self.part_lease, journal):
+            return [[] for _ in items]
+        gate = asyncio.Semaphore(self.parallel)
+
+        async def one(item: tuple[str, PartLayout, list[Move], int]) -> tuple[list[Move], bool]:
+            async with gate:
+                return await self._move_part(*item)
+
+        got = await asyncio.gather(*(one(it) for it in items))
+        if all(tidied for _, tidied in got):
+            await self.store.release(name, self.owner, drop=True)
+        return [done for done, _ in got]
+
     async def move_part(self, ref: str, part: PartLayout, moves: list[Move], size: int
                         ) -> list[Move]:
-        """Carry out a part's moves: copies and rebuilds, the commit, the deletion of the old
-        copies. Returns the moves now committed (the others failed and left nothing)."""
+        """One part's moves (a batch of one)."""
+        return (await self.move_batch([(ref, part, moves, size)]))[0]
+
+    async def _move_part(self, ref: str, part: PartLayout, moves: list[Move], size: int
+                         ) -> tuple[list[Move], bool]:
+        """Copies and rebuilds, the commit, the deletion of the copies the record no longer
+        names: (the moves committed, whether the tidy is done)."""
         uid = part.part_uid
-        journal = {"ref": ref, "uid": uid,
-                   "src": [[m.index, m.src] for m in moves if not m.rebuild],
-                   "dst": [[m.index, m.dst] for m in moves]}
-        name = f"part:{uid}"
-        if not await self.store.claim(name, self.owner, self.part_lease, journal):
-            return []  # another mover has it
+        journal = _journal(ref, part, moves)
         done: list[Move] = []
+        tidied = False
         try:
             rebuild = [m for m in moves if m.rebuild]
             for m in moves:
@@ -398,8 +425,7 @@ class Mover:
             current = moved(part, done) if committed else await self.index.get(ref)
             if not committed:
                 done = []
-            if await self.tidy(uid, journal, current):
-                await self.store.release(name, self.owner, drop=True)
+            tidied = await self.tidy(uid, journal, current)
         except NodeError as e:  # the tidy could not reach a node: the journal stays leased
             log.info("mover: part %s left for a later tidy: %s", uid, e)
         except asyncio.CancelledError:
@@ -411,7 +437,7 @@ class Mover:
             self.stats["fragments_moved"] += 1
             self.stats["bytes_moved"] += size
             self.stats["fragments_rebuilt"] += m.rebuild
-        return done
+        return done, tidied
 
     async def _copy(self, part: PartLayout, m: Move, size: int) -> bool:
         from erasure.rehome import copy_one
@@ -484,18 +510,20 @@ class Mover:
         return True
 
     async def finish_leftovers(self) -> int:
-        """Tidy the parts a crashed mover left leased; returns how many."""
+        """Tidy the batches a crashed (or cut off) mover left leased; returns how many parts
+        were tidied. Idempotent: a part whose move finished is tidy already."""
         n = 0
-        for name, journal in await self.store.leftovers("part:"):
-            if not journal or not await self.store.claim(name, self.owner, self.part_lease):
+        for name, doc in await self.store.leftovers("batch:"):
+            if not await self.store.claim(name, self.owner, self.part_lease):
                 continue
             try:
-                current = await self.index.get(str(journal.get("ref", "")))
-                if await self.tidy(str(journal.get("uid", "")), journal, current):
-                    await self.store.release(name, self.owner, drop=True)
+                for journal in doc.get("parts", []):
+                    current = await self.index.get(str(journal.get("ref", "")))
+                    await self.tidy(str(journal.get("uid", "")), journal, current)
                     n += 1
+                await self.store.release(name, self.owner, drop=True)
             except NodeError as e:
-                log.warning("mover: leftover %s not tidied yet: %s", name, e)
+                log.info("mover: leftover %s not tidied yet: %s", name, e)
         return n
 
     # -- queries ----------------------------------------------------------------------------
@@ -542,6 +570,13 @@ class Mover:
         out.spread_before = Fill(layout, out.before).spread()
         out.spread_after = fill.spread()
         return out
+
+
+def _journal(ref: str, part: PartLayout, moves: list[Move]) -> dict[str, Any]:
+    """The copies a part's move touches: sources of copies, every destination."""
+    return {"ref": ref, "uid": part.part_uid,
+            "src": [[m.index, m.src] for m in moves if not m.rebuild],
+            "dst": [[m.index, m.dst] for m in moves]}
 
 
 def _unplaced(layout: ClusterLayout, part: PartLayout, moves: list[Move],

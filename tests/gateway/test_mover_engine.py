@@ -126,7 +126,7 @@ async def test_a_mover_killed_mid_move_is_finished_by_the_next(rig: Rig) -> None
     assert st is not None and st.phase == "done" and st.failed == 0
     per_node = await rig.check()
     assert per_node["node05"] == 0
-    assert await StoreMoveLeases(rig.store).leftovers("part:") == []
+    assert await StoreMoveLeases(rig.store).leftovers("batch:") == []
 
 
 async def test_two_movers_on_postgres_move_each_fragment_once(

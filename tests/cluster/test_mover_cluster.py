@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,13 @@ def test_a_new_node_is_rebalanced_to_within_5_percent(tmp_path: Path) -> None:
         assert plan["fragments"] == 0 and plan["stuck"] == 0
         text = zg(g, "status").stdout
         assert "data movement (layout v2, rebalance): done" in text
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(g.endpoint + "/metrics", timeout=30) as r:
+            prom = {ln.split()[0]: float(ln.split()[1]) for ln in r.read().decode().splitlines()
+                    if ln.startswith("zonegate_gateway_move")}
+        assert prom["zonegate_gateway_move_fragments_total"] == st["moves"]
+        assert prom["zonegate_gateway_move_active"] == 0
+        assert prom["zonegate_gateway_move_layout_version"] == 2
 
 
 def test_drain_under_load_with_the_mover_killed(tmp_path: Path) -> None:
@@ -211,7 +219,6 @@ def test_drain_under_load_with_the_mover_killed(tmp_path: Path) -> None:
 
 
 def _node_ids(g: Gateway, i: int) -> list[str]:
-    import urllib.request
     from urllib.parse import urlencode
     q = {"prefix": "", "after": "", "limit": "1000"}
     req = urllib.request.Request(f"{g.nodes.urls[i]}/v1/records?{urlencode(q)}",

@@ -15,7 +15,8 @@ amplification and the zones left open on them (zones the mover stranded: open zo
 node's stream count). The drive-replacement prediction: hours to rebuild one 16 TB SMR drive
 from the measured per-node rebuild rate.
 
-    python -m bench mover [--nodes 8] [--mib 384] [--seconds 30] [--threads 4] [--json F]
+    python -m bench mover [--nodes 8] [--mib 384] [--seconds 30] [--threads 4]
+                          [--move-rate BYTES_PER_S] [--json F]
 """
 
 from __future__ import annotations
@@ -150,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=30.0,
                    help="foreground load: the baseline's length, the most during a move")
     p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--move-rate", type=float, default=None,
+                   help="[erasure] move_rate, bytes/s per node (default: the config default)")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
@@ -157,8 +160,10 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="zonegate-mover-bench-"))
     g = Gateway(root, nodes=a.nodes, config_nodes=a.nodes - 1, segment_size=MiB,
-                gateway_options={"layout_poll_seconds": 1, "mover_interval_seconds": 1})
-    out: dict[str, Any] = {"nodes": a.nodes, "mib": a.mib, "threads": a.threads}
+                gateway_options={"layout_poll_seconds": 1, "mover_interval_seconds": 1},
+                erasure_options={} if a.move_rate is None else {"move_rate": a.move_rate})
+    out: dict[str, Any] = {"nodes": a.nodes, "mib": a.mib, "threads": a.threads,
+                           "move_rate": a.move_rate}
     g.start()
     try:
         s3 = g.client()

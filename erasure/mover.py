@@ -470,7 +470,9 @@ class Mover:
             log.warning("mover: part %s has %d readable fragments, %d needed: not rebuilt",
                         part.part_uid, len(sources), part.scheme.k)
             return []
-        await self.throttle.take({m.dst for m in moves}, size * len(moves))
+        # k sources each send, every target receives: all of them paced
+        readers = [n[0] for _, n in sorted(sources.items())][:part.scheme.k]
+        await self.throttle.take([*readers, *(m.dst for m in moves)], size * len(moves))
         scanned = ScannedPart(part.part_uid, part.length, part.scheme, part.crc32c, {}, sources)
         d = Damage(scanned, sorted(out_idx), {m.index: m.why for m in moves}, part,
                    targets={m.index: m.dst for m in moves})

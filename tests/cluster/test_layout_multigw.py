@@ -47,7 +47,9 @@ def mg(pg_server: PgServer, tmp_path_factory) -> SixOfSeven:  # noqa: F811
     nodes = NodeCluster(root / "nodes", 7, drives_per_node=2, secret="gw-test-secret")
     cluster = SixOfSeven(root, pg_server.new_database("layout"), gateways=2, workers=2,
                          node_cluster=nodes, password_file=str(pg_server.password_file),
-                         gateway_options={"layout_poll_seconds": 0.5, "census_seconds": 0.5})
+                         gateway_options={"layout_poll_seconds": 0.5, "census_seconds": 0.5,
+                                          # what the layout alone does: no data mover here
+                                          "mover_interval_seconds": 0})
     with cluster:
         yield cluster
 

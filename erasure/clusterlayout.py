@@ -184,15 +184,16 @@ class ClusterLayout:
 
 CHANGE_OPS = ("node add", "node drain", "node remove", "node weight", "node activate",
               "node domain", "drive add", "drive drain", "drive replace", "drive fail",
-              "erasure")
+              "drive activate", "erasure")
 
 
 @dataclass(frozen=True)
 class Change:
     """One staged change; `args` by op:
     node add {id, url, domain?, weight?, drives: [path]}; node drain|remove|activate {id};
-    node weight {id, weight}; node domain {id, domain}; drive add|drain|replace|fail {node,
-    path}; erasure {k, m}."""
+    node weight {id, weight}; node domain {id, domain}; drive add|drain|replace|fail|activate
+    {node, path} (activate: back to active, e.g. once a replacement is rebuilt); erasure
+    {k, m}."""
 
     op: str
     args: dict[str, Any]
@@ -271,6 +272,8 @@ def apply_changes(layout: ClusterLayout, changes: Sequence[Change], note: str = 
             _set_drive(nodes, a["node"], a["path"], state="draining")
         elif c.op == "drive fail":
             _set_drive(nodes, a["node"], a["path"], state="failed")
+        elif c.op == "drive activate":
+            _set_drive(nodes, a["node"], a["path"], state="active")
         elif c.op == "drive replace":
             n = next((x for x in nodes if x.id == a["node"]), None)
             old = n.drive(a["path"]) if n else None

@@ -9,7 +9,7 @@ their drives' states. `revert` publishes a previous version again as a new one.
     zonegate layout show|diff|apply|revert|history --config C
     zonegate layout node add ID URL [--domain D] [--weight W] [--drive PATH ...]
     zonegate layout node drain|remove|activate ID;  node weight ID W;  node domain ID D
-    zonegate layout drive add|drain|replace|fail NODE PATH
+    zonegate layout drive add|drain|replace|fail|activate NODE PATH
     zonegate layout erasure K M
 
 `--files` uses the JSON files under `[erasure] state_dir` instead of the metadata store
@@ -96,7 +96,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, helptext in (("add", "a new drive on a node"),
                            ("drain", "no new records on it; the mover empties it"),
                            ("replace", "a new empty drive at the slot: rebuild what it held"),
-                           ("fail", "dead: its records are lost")):
+                           ("fail", "dead: its records are lost"),
+                           ("activate", "active again (a drained or rebuilt drive)")):
         x = cmd(drive, name, helptext, cmd_stage)
         x.add_argument("node")
         x.add_argument("path")

@@ -21,6 +21,7 @@ class SqliteLayouts(LayoutTables):
     _tx: Any
     _conn: Any
     _w: Any
+    _r: Any
 
     async def layout_current(self) -> tuple[int, str] | None:
         row = self._conn().execute("SELECT version, doc FROM layouts ORDER BY version DESC "
@@ -33,8 +34,10 @@ class SqliteLayouts(LayoutTables):
         return row[0] if row else None
 
     async def layout_history(self, limit: int = 20) -> list[tuple[int, str]]:
-        return [(int(v), d) for v, d in self._conn().execute(
-            "SELECT version, doc FROM layouts ORDER BY version DESC LIMIT ?", (limit,))]
+        def run() -> list[tuple[int, str]]:  # many documents: off the event loop
+            return [(int(v), d) for v, d in self._conn().execute(
+                "SELECT version, doc FROM layouts ORDER BY version DESC LIMIT ?", (limit,))]
+        return await self._r(run)
 
     def _layout_publish(self, version: int, doc: str) -> bool:
         with self._tx() as c:
@@ -48,7 +51,10 @@ class SqliteLayouts(LayoutTables):
         return await self._w(self._layout_publish, version, doc)
 
     async def layout_staged(self) -> list[str]:
-        return [r[0] for r in self._conn().execute("SELECT doc FROM layout_staged ORDER BY id")]
+        def run() -> list[str]:
+            return [r[0] for r in self._conn().execute(
+                "SELECT doc FROM layout_staged ORDER BY id")]
+        return await self._r(run)
 
     def _layout_stage(self, doc: str) -> None:
         with self._tx() as c:

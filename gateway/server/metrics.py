@@ -191,6 +191,13 @@ class GatewayMetrics:
         self.write_quorum = Gauge(f"{PREFIX}_write_quorum", "Fragment writes a part needs "
                                   "(the cluster config's write_quorum): nodes that must be up "
                                   "for uploads.", registry=r, multiprocess_mode="max")
+        self.layout_version = Gauge(f"{PREFIX}_layout_version", "The cluster layout version "
+                                    "this gateway uses (zonegate layout).", registry=r,
+                                    multiprocess_mode="livemin")
+        self.parts_below_full = Gauge(f"{PREFIX}_parts_below_full_redundancy",
+                                      "Parts with fewer than k+m fragments on the layout's "
+                                      "nodes, at the last census.", registry=r,
+                                      multiprocess_mode="livemax")
         self.fragment_errors = Counter(f"{PREFIX}_fragment_errors",
                                        "Fragment reads that failed or were corrupt.", registry=r)
         self.healed_parts = Counter(f"{PREFIX}_healed_parts",
@@ -543,6 +550,15 @@ def instrument_cluster(cluster: Any, metrics: GatewayMetrics | None = None) -> N
     if hasattr(cluster, "full_observers"):
         m.nodes_full.set(0)
         cluster.full_observers.append(lambda full: m.nodes_full.set(len(full)))
+    if hasattr(cluster, "layout_observers"):
+        m.layout_version.set(cluster.layout.version)
+
+        def adopted(layout: Any) -> None:
+            m.layout_version.set(layout.version)
+            m.write_quorum.set(cluster.write_quorum)
+        cluster.layout_observers.append(adopted)
+    if hasattr(cluster, "census_observers"):
+        cluster.census_observers.append(lambda c: m.parts_below_full.set(c.below_full))
     queue = getattr(cluster, "repair_queue", None)
     if queue is not None and hasattr(queue, "size"):
         m.watch_repair_queue(queue)

@@ -177,6 +177,12 @@ def test_layout_changes_reach_every_gateway_and_node(mg: SixOfSeven) -> None:
         assert got == data(key), key
     assert Counter(h["layout"]["layout_version"] for h in (health(mg, 0), health(mg, 1))) \
         == Counter({5: 2})
+    # Prometheus: every worker of both gateways is on v5
+    for gw in mg.gws:
+        with _NO_PROXY.open(gw.endpoint + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        assert "zonegate_gateway_layout_version 5.0" in text, [
+            x for x in text.splitlines() if "layout_version" in x]
     # `zonegate repair` works on the layout's nodes (node06 included, node01 not): it
     # rebuilds what node01 and node04's old drive held, and nothing twice
     zg(mg, "repair")

@@ -236,3 +236,38 @@ async def test_bootstrap_publishes_the_cluster_file_once(seven: NodeCluster,
     async with ErasureCluster(config(seven, list(range(7)), tmp_path / "state"),
                               layout_store=store, layout_poll=0, auto_repair=False) as c:
         assert c.layout == first and sorted(c.clients) == seven.ids[:6]
+
+
+async def test_writes_in_flight_while_the_layout_changes(seven: NodeCluster,
+                                                         tmp_path: Path) -> None:
+    """Adopting versions while parts are written and read: every write succeeds at full
+    width and reads back exact."""
+    cfg = config(seven, list(range(6)), tmp_path / "state")
+    store = FileLayoutStore(tmp_path / "state")
+    rng = random.Random(13)
+    blobs = {f"f{i:03d}": rng.randbytes(rng.randrange(1, 300_000)) for i in range(48)}
+    async with ErasureCluster(cfg, layout_store=store, layout_poll=0,
+                              auto_repair=False) as c:
+        async def writer(uids: list[str]) -> dict:
+            out = {}
+            for uid in uids:
+                out[uid] = await put(c, uid, blobs[uid])
+                assert await read(c, out[uid]) == blobs[uid]
+            return out
+
+        async def changer() -> None:
+            await asyncio.sleep(0.05)
+            await apply(store, c, Change("node add", {"id": "node06", "url": seven.urls[6]}))
+            await asyncio.sleep(0.05)
+            await apply(store, c, Change("node drain", {"id": "node02"}))
+            await asyncio.sleep(0.05)
+            await apply(store, c, Change("erasure", {"k": 3, "m": 2}))
+
+        uids = sorted(blobs)
+        *done, _ = await asyncio.gather(*(writer(uids[i::4]) for i in range(4)), changer())
+        layouts = {u: lay for d in done for u, lay in d.items()}
+        assert c.layout.version == 4
+        for uid, lay in layouts.items():
+            assert lay.missing == [] and len(set(lay.placement.values())) == lay.scheme.n
+            assert await read(c, lay) == blobs[uid]
+        assert {lay.scheme.n for lay in layouts.values()} <= {6, 5}

@@ -74,6 +74,10 @@ def test_stage_diff_apply_history_revert(tmp_path: Path) -> None:
     assert doc["layout"]["version"] == 4
     assert {n["id"]: n["state"] for n in doc["layout"]["nodes"]}["n0"] == "draining"
     assert show(cfg, "--version", "1")["layout"]["version"] == 1
+    # a drained drive comes back: drive activate
+    zg(cfg, "drive", "activate", "n1", "d/n1/a")
+    assert "~ drive n1:d/n1/a draining -> active" in zg(cfg, "diff").stdout
+    zg(cfg, "unstage")
     # the erasure code is a layout change like the others
     zg(cfg, "erasure", "3", "1")
     assert "erasure: 3+1 for new writes (was 2+1)" in zg(cfg, "diff").stdout

@@ -134,6 +134,7 @@ class RunState:
     balance: bool = False       # even the nodes' fill out too (else: only what must move)
     swept: int = 0              # records no part record names, moved off draining nodes
     spread: float = 0.0         # the largest fill deviation left (rebalance runs)
+    drive_records: int = 0      # records moved off draining drives (within their node)
     shape: dict[str, float] = field(default_factory=dict)  # writable nodes' weights
 
     def to_dict(self) -> dict[str, Any]:
@@ -355,12 +356,19 @@ class Mover:
             if st.moves == done_before or (st.failed == 0 and st.stuck == 0
                                            and fill.balanced()):
                 break
+        from erasure.movesweep import drain_drives, sweep_draining
         if st.failed == 0 and st.stuck == 0:
-            from erasure.movesweep import sweep_draining
             swept, stuck, failed = await sweep_draining(self.cluster, layout)
             st.swept += swept
             st.stuck += stuck
             st.failed += failed
+
+        async def pace(node: str, n: int) -> None:
+            await self.throttle.take((node,), 2 * n)  # read and written on the one node
+
+        moved, failed = await drain_drives(self.cluster, layout, pace)
+        st.drive_records += moved
+        st.failed += failed
         st.phase = "done"
         st.finished = time.time()
         log.info("mover: run for layout v%d done: %d fragments moved (%d rebuilt), %d failed, "

@@ -2,12 +2,15 @@
 records no part record names (bucket markers, parts queued for deletion, a copy a crash left).
 Each goes to a writable node that holds none of its part (its rendezvous home when it can),
 so that a drained node ends with no records; parts being deleted are left to their purge,
-which finds their archives wherever they are."""
+which finds their archives wherever they are. And the draining drives' records, rewritten
+on their own node (`drain_drives`), so that a drained drive ends empty."""
 
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from erasure.clusterlayout import ClusterLayout
@@ -76,3 +79,49 @@ async def _one(cluster: ErasureCluster, client: NodeClient, rec: RecordHead,
     except NodeError as e:
         log.info("mover: %s not moved off %s: %s", rec.id, client.id, e)
         return 2
+
+
+def _norm(path: str) -> str:
+    return os.path.normpath(os.path.abspath(path))
+
+
+async def drain_drives(cluster: ErasureCluster, layout: ClusterLayout,
+                       pace: Callable[[str, int], Awaitable[None]] | None = None
+                       ) -> tuple[int, int]:
+    """Empty the draining drives: each record on one is written again to its own node, which
+    puts it on a drive that takes records (a draining drive takes none) and then deletes the
+    old copy (zonestore/pool.py), in the record's stream; the fragment stays on its node, so no
+    part record changes. Returns (records moved, failed)."""
+    moved = failed = 0
+    for node in layout.known():
+        paths = {_norm(d.path) for d in node.drives if d.state == "draining"}
+        client = cluster.clients.get(node.id)
+        if not paths or client is None or not client.up:
+            continue
+        try:
+            stats = await client.stats()
+        except NodeError as e:
+            log.info("mover: cannot drain the drives of %s yet: %s", node.id, e)
+            failed += 1
+            continue
+        drives = {int(d.get("drive", j)) for j, d in enumerate(stats.get("drives", []))
+                  if _norm(str(d.get("path", ""))) in paths}
+        after = ""
+        while drives:
+            recs, nxt = await client.list("", after, PAGE)
+            for rec in recs:
+                parsed = parse_archive_id(rec.id)
+                if rec.drive not in drives or parsed is None:
+                    continue
+                try:
+                    if pace is not None:
+                        await pace(node.id, rec.length)
+                    if await copy_one(cluster, parsed[0], parsed[1], node.id, node.id):
+                        moved += 1
+                except NodeError as e:
+                    log.info("mover: %s not moved off its draining drive: %s", rec.id, e)
+                    failed += 1
+            if not nxt or not recs:
+                break
+            after = recs[-1].id
+    return moved, failed

@@ -146,3 +146,23 @@ async def test_two_movers_on_postgres_move_each_fragment_once(
         per_node = await rig.check()
         assert per_node["node04"] == 0
         assert moved == max(st.moves for st in done)  # none moved twice
+
+
+async def test_a_drained_drive_ends_empty_on_a_node_that_keeps_its_fragments(rig: Rig) -> None:
+    await rig.write(40, seed=6)
+    await rig.mover().run_once()
+    client = rig.c.clients["node02"]
+    held = {r.id for r in [r async for r in client.scan("w")]}
+    drives = (await client.stats())["drives"]
+    full = max(range(len(drives)), key=lambda j: drives[j]["records"])
+    assert drives[full]["records"] > 0
+    path = drives[full]["path"]
+    await rig.apply(Change("drive drain", {"node": "node02", "path": path}))
+    st = await rig.mover().run_once()
+    assert st is not None and st.phase == "done" and st.failed == 0
+    assert st.drive_records >= drives[full]["records"] - 1  # (a bucket marker has no .fNN)
+    after = (await client.stats())["drives"]
+    assert after[full]["records"] == 0, after[full]  # (its zones wait for reclaim)
+    assert {r.id for r in [r async for r in client.scan("w")]} == held  # still on node02
+    assert st.moves == 0  # no part record changed
+    await rig.check()

@@ -124,6 +124,10 @@ class ErasureCluster(LayoutMixin):
         self.census_max_age = CENSUS_MAX_AGE
         self.last_census: Any = None  # erasure.layouthealth.Census, once one ran
         self.census_observers: list[Callable[[Any], None]] = []  # told each new census
+        # drive identities recorded per (node, path, generation), and per node the drives
+        # reporting another one (clusterlayoutmix.check_identities)
+        self._identities: dict[tuple[str, str, int], str] = {}
+        self._foreign: dict[str, set[str]] = {}
         self._census: asyncio.Task | None = None
         # told the new layout after each adopt (the gateway's metrics, the mover)
         self.layout_observers: list[Callable[[ClusterLayout], None]] = []
@@ -131,6 +135,7 @@ class ErasureCluster(LayoutMixin):
     async def _check_one(self, c: NodeClient) -> bool:
         if await c.check():
             await c.poll_room(self.full_headroom)
+            await self.check_identities(c)
             if c.layout_version is not None and c.layout_version < self.layout.version:
                 self.push_layout([c.id])
         return c.up

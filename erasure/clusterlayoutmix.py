@@ -40,6 +40,8 @@ class LayoutMixin:
     codec_for: Any
     _full_changed: Any
     _check_one: Any
+    _identities: dict[tuple[str, str, int], str]
+    _foreign: dict[str, set[str]]
 
     def _set_layout(self, layout: ClusterLayout) -> None:
         self.layout = layout
@@ -180,10 +182,45 @@ class LayoutMixin:
         return sorted(self.clients, key=lambda nid: _score(part_uid, nid), reverse=True)
 
     def layout_report(self) -> dict[str, Any]:
-        """erasure/layouthealth.py's report from the last health checks."""
+        """erasure/layouthealth.py's report from the last health checks (a drive whose
+        identity differs from the one recorded for its slot counts as new)."""
         from erasure.layouthealth import NodeView, layout_report
-        views = {nid: NodeView(c.up, c.ready, c.drives) for nid, c in self.clients.items()}
+        views = {}
+        for nid, c in self.clients.items():
+            foreign = self._foreign.get(nid, set())
+            drives = None if c.drives is None else [
+                {**d, "replaced": bool(d.get("replaced")) or str(d.get("path")) in foreign}
+                for d in c.drives]
+            views[nid] = NodeView(c.up, c.ready, drives)
         return layout_report(self.layout, views)
+
+    async def check_identities(self, c: NodeClient) -> None:
+        """Record each of the node's drives' identity for its slot and generation in the
+        layout store the first time it is seen; a drive reporting another one is new in a
+        used slot until the layout registers it (`drive replace` bumps the generation). This
+        catches what a node cannot see by itself (a node with one drive)."""
+        from erasure.layouthealth import same_path
+        store, n = self.layout_store, self.layout.node(c.id)
+        if store is None or n is None or not c.drives:
+            return
+        foreign: set[str] = set()
+        for d in c.drives:
+            ident, path = d.get("identity"), str(d.get("path"))
+            entry = next((e for e in n.drives if same_path(e.path, path)), None)
+            if not ident or entry is None:
+                continue
+            key = (c.id, entry.path, entry.generation)
+            known = self._identities.get(key)
+            if known is None:
+                try:
+                    known = await store.drive_identity(*key, str(ident))
+                except Exception as e:  # the store is away: the next check tries again
+                    log.info("drive identity of %s:%s not checked: %s", c.id, path, e)
+                    continue
+                self._identities[key] = known
+            if known != ident:
+                foreign.add(path)
+        self._foreign[c.id] = foreign
 
     def census_soon(self) -> None:
         """Start a census (erasure/layouthealth.py) in the background unless one runs or the

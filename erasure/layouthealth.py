@@ -32,7 +32,7 @@ class NodeView:
     drives: list[dict[str, Any]] | None = None  # None: not known (stats not read)
 
 
-def _same_path(a: str, b: str) -> bool:
+def same_path(a: str, b: str) -> bool:
     return a == b or os.path.abspath(a) == os.path.abspath(b)
 
 
@@ -64,7 +64,7 @@ def layout_report(layout: ClusterLayout, views: dict[str, NodeView]) -> dict[str
             continue
         seen = {str(x.get("path")): x for x in v.drives}
         for d in n.drives:
-            here = next((x for p, x in seen.items() if _same_path(p, d.path)), None)
+            here = next((x for p, x in seen.items() if same_path(p, d.path)), None)
             name = f"{n.id}:{d.path}"
             if here is None:
                 if d.state != "failed":
@@ -80,6 +80,19 @@ def layout_report(layout: ClusterLayout, views: dict[str, NodeView]) -> dict[str
                                 f"held is gone; register it: zonegate layout drive replace "
                                 f"{n.id} {d.path}")
     return out
+
+
+async def mark_foreign(store: Any, layout: ClusterLayout, node_id: str,
+                       drives: list[dict[str, Any]]) -> None:
+    """Set `replaced` on the drives whose identity is not the one the layout store recorded
+    for their slot and generation (recording it when none was): new drives in used slots."""
+    n = layout.node(node_id)
+    for d in drives if n is not None else []:
+        ident, path = d.get("identity"), str(d.get("path"))
+        entry = next((e for e in n.drives if same_path(e.path, path)), None)
+        if ident and entry is not None and await store.drive_identity(
+                node_id, entry.path, entry.generation, str(ident)) != ident:
+            d["replaced"] = True
 
 
 @dataclass

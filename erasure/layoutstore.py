@@ -52,6 +52,12 @@ class LayoutStore(Protocol):
 
     async def clear_staged(self) -> int: ...
 
+    async def drive_identity(self, node: str, path: str, generation: int,
+                             identity: str) -> str:
+        """The drive identity recorded for this slot (node, path) and generation: the one
+        given when none was (recorded now), else the first recorded. A drive reporting
+        another identity is a new drive in a used slot (erasure/layouthealth.py)."""
+
 
 async def load_or_bootstrap(store: LayoutStore, config: ClusterConfig) -> ClusterLayout:
     """The current layout; on first use version 1 from the cluster file is published (a
@@ -167,6 +173,23 @@ class FileLayoutStore:
             n = len(self._staged_docs())
             self._write_staged([])
             return n
+        return await asyncio.to_thread(self._locked, run)
+
+    async def drive_identity(self, node: str, path: str, generation: int,
+                             identity: str) -> str:
+        def run() -> str:
+            p = self.dir / "drive-identities.json"
+            try:
+                known = json.loads(p.read_text())
+            except FileNotFoundError:
+                known = {}
+            key = f"{node}\0{path}\0{generation}"
+            if key not in known:
+                known[key] = identity
+                tmp = p.with_suffix(".tmp")
+                tmp.write_text(json.dumps(known))
+                tmp.replace(p)
+            return str(known[key])
         return await asyncio.to_thread(self._locked, run)
 
 

@@ -75,6 +75,31 @@ async def _node_status(client: Any) -> dict[str, Any]:
     return out
 
 
+async def _mark_foreign(config: ClusterConfig, layout: Any, nodes: list[dict[str, Any]]
+                        ) -> None:
+    """Drives whose identity differs from the one recorded for their slot (in the store the
+    layout came from) are new in a used slot (erasure/layouthealth.py)."""
+    from erasure.layouthealth import mark_foreign
+    from erasure.layoutstore import FileLayoutStore
+    from gateway.metadata import store_from_config
+    from gateway.store.layoutstore import StoreLayouts
+    from gateway.store.partowners import owners_for
+    meta = store_from_config(config.gateway) if owners_for(config) is not None else None
+    try:
+        if meta is not None:
+            await meta.start()
+        store = StoreLayouts(meta) if meta is not None else FileLayoutStore(
+            config.erasure.state_dir)
+        for n in nodes:
+            if n["up"]:
+                await mark_foreign(store, layout, n["id"], n["drives"])
+    except Exception:  # unknown from here: the nodes' own flags stand
+        pass
+    finally:
+        if meta is not None:
+            await meta.close()
+
+
 async def current_layout(config: ClusterConfig) -> tuple[Any, str]:
     """(the cluster layout, where it came from), read only: the gateways' metadata store when
     this machine reaches it, else the layout files, else the cluster file's bootstrap."""
@@ -124,6 +149,8 @@ async def gather_status(config: ClusterConfig, node_timeout: float = 5.0,
             asyncio.gather(*(_node_status(c) for c in clients)),
             _gateway_health(config, min(node_timeout, 2.0)))
         nodes = list(nodes)
+    if "no layout stored" not in layout_from:
+        await _mark_foreign(config, layout, nodes)
     report = layout_report(layout, {n["id"]: NodeView(n["up"], {}, n["drives"] if n["up"]
                                                       else None) for n in nodes})
     census = await run_census(config, layout) if with_census else (

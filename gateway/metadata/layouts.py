@@ -41,3 +41,9 @@ class LayoutTables(abc.ABC):
     @abc.abstractmethod
     async def layout_clear_staged(self) -> int:
         """Drop every staged change; returns how many."""
+
+    @abc.abstractmethod
+    async def drive_identity(self, node: str, path: str, generation: int,
+                             identity: str) -> str:
+        """The identity recorded for this drive slot and generation: `identity` if none was
+        (it is recorded now), else the one first recorded."""

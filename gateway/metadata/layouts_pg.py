@@ -18,6 +18,10 @@ CREATE TABLE layouts (version BIGINT PRIMARY KEY, doc TEXT NOT NULL,
                       at DOUBLE PRECISION NOT NULL);
 CREATE TABLE layout_staged (id BIGSERIAL PRIMARY KEY, doc TEXT NOT NULL,
                             at DOUBLE PRECISION NOT NULL);
+CREATE TABLE drive_identities (node TEXT COLLATE "C" NOT NULL, path TEXT COLLATE "C" NOT NULL,
+                               generation BIGINT NOT NULL, identity TEXT NOT NULL,
+                               at DOUBLE PRECISION NOT NULL,
+                               PRIMARY KEY (node, path, generation));
 """
 
 
@@ -63,6 +67,16 @@ class PostgresLayouts(LayoutTables):
     async def layout_clear_staged(self) -> int:
         got = await self._tx(lambda c: c.execute("DELETE FROM layout_staged"))
         return int(got.rsplit(" ", 1)[-1]) if got and got[-1].isdigit() else 0
+
+    async def drive_identity(self, node: str, path: str, generation: int,
+                             identity: str) -> str:
+        async def tx(c: asyncpg.Connection) -> str:
+            await c.execute("INSERT INTO drive_identities VALUES ($1,$2,$3,$4,$5) "
+                            "ON CONFLICT (node, path, generation) DO NOTHING",
+                            node, path, generation, identity, time.time())
+            return await c.fetchval("SELECT identity FROM drive_identities WHERE node=$1 "
+                                    "AND path=$2 AND generation=$3", node, path, generation)
+        return await self._tx(tx)
 
 
 __all__ = ["MIGRATION", "PostgresLayouts"]

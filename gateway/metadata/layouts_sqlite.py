@@ -13,6 +13,9 @@ MIGRATION = """
 CREATE TABLE layouts (version INTEGER PRIMARY KEY, doc TEXT NOT NULL, at REAL NOT NULL);
 CREATE TABLE layout_staged (id INTEGER PRIMARY KEY AUTOINCREMENT, doc TEXT NOT NULL,
                             at REAL NOT NULL);
+CREATE TABLE drive_identities (node TEXT NOT NULL, path TEXT NOT NULL,
+                               generation INTEGER NOT NULL, identity TEXT NOT NULL,
+                               at REAL NOT NULL, PRIMARY KEY (node, path, generation));
 """
 
 
@@ -69,6 +72,17 @@ class SqliteLayouts(LayoutTables):
 
     async def layout_clear_staged(self) -> int:
         return await self._w(self._layout_clear_staged)
+
+    def _drive_identity(self, node: str, path: str, generation: int, identity: str) -> str:
+        with self._tx() as c:
+            c.execute("INSERT OR IGNORE INTO drive_identities VALUES (?,?,?,?,?)",
+                      (node, path, generation, identity, time.time()))
+            return c.execute("SELECT identity FROM drive_identities WHERE node=? AND path=? "
+                             "AND generation=?", (node, path, generation)).fetchone()[0]
+
+    async def drive_identity(self, node: str, path: str, generation: int,
+                             identity: str) -> str:
+        return await self._w(self._drive_identity, node, path, generation, identity)
 
 
 __all__ = ["MIGRATION", "SqliteLayouts"]

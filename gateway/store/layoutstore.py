@@ -41,3 +41,7 @@ class StoreLayouts:
 
     async def clear_staged(self) -> int:
         return await self.store.layout_clear_staged()
+
+    async def drive_identity(self, node: str, path: str, generation: int,
+                             identity: str) -> str:
+        return await self.store.drive_identity(node, path, generation, identity)

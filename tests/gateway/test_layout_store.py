@@ -59,6 +59,11 @@ async def _contract(one: LayoutStore, two: LayoutStore) -> None:
     assert [x.version for x in await one.history(2)] == [3, 2]
     assert await one.get(1) == v1 and await one.get(9) is None
     assert (await one.get(3)).note == "again"
+    # drive identities: the first recorded per slot and generation wins, for everyone
+    assert await one.drive_identity("n1", "d/n1/a", 1, "aaa") == "aaa"
+    assert await two.drive_identity("n1", "d/n1/a", 1, "bbb") == "aaa"
+    assert await two.drive_identity("n1", "d/n1/a", 2, "bbb") == "bbb"
+    assert await one.drive_identity("n1", "d/n1/b", 1, "ccc") == "ccc"
 
 
 async def test_layout_store_contract_on_both_backends(stores) -> None:

@@ -25,8 +25,9 @@ async def session():
         yield s
 
 
-def doc(cluster: NodeCluster, version: int, states: tuple[str, str]) -> bytes:
-    return json.dumps({"version": version, "node": "node00", "state": "active",
+def doc(cluster: NodeCluster, version: int, states: tuple[str, str],
+        node_state: str = "active") -> bytes:
+    return json.dumps({"version": version, "node": "node00", "state": node_state,
                        "drives": [{"path": str(p), "state": s, "generation": 1}
                                   for p, s in zip(cluster.drive_paths(0), states,
                                                   strict=True)]}).encode()
@@ -80,3 +81,13 @@ async def test_layout_put_refusals_and_versions(cluster, session) -> None:
                                            body=b"z" * 10, headers={"X-ZG-Stream": "q",
                                                                     "X-ZG-Length": "10"})
     assert status == 507, answer
+    # back to active drives, but the node itself draining: no new records either
+    for version, node_state, want in ((5, "active", 201), (6, "draining", 507)):
+        status, _, _ = await node_request(session, cluster, 0, "PUT", "/v1/layout",
+                                          body=doc(cluster, version, ("active", "active"),
+                                                   node_state))
+        assert status == 200
+        status, _, answer = await node_request(
+            session, cluster, 0, "PUT", f"/v1/records/n{version}.f00", body=b"z" * 10,
+            headers={"X-ZG-Stream": "q", "X-ZG-Length": "10"})
+        assert status == want, (node_state, answer)

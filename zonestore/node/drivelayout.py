@@ -7,13 +7,15 @@ sibling drive remembers a different uuid is a *new drive in a used slot* (a repl
 the node says so (`/health/ready` "degraded" with `new_drives`, `/v1/stats` per drive
 `identity` and `replaced`) until the layout registers it (`zonegate layout drive replace`,
 state "replaced"): the old drive's records are gone and must be rebuilt onto it. A node with one
-drive, or whose every drive is new, cannot tell (nothing remembers the slot): its records are
-found missing by reads, scrub and repair as before. Block devices carry no file: no identity.
+drive, or whose every drive is new, cannot tell (nothing on it remembers the slot): the
+gateways can, from the identity they recorded for the slot (erasure/clusterlayoutmix.py).
+Block devices carry no file: no identity.
 
 Drive states: the gateways send `PUT /v1/layout` (signed) with the layout version and this
 node's drives' states whenever the version changes or the node reports an older one
 (`layout_version` in `/health/ready`: 0 after a restart, so it is told again). A draining or
-failed drive takes no new records (reads and deletes go on).
+failed drive takes no new records (reads and deletes go on), nor does any drive of a node the
+layout drains.
 """
 
 from __future__ import annotations
@@ -131,6 +133,10 @@ def apply_layout(state: NodeState, doc: dict[str, Any]) -> None:
             _write(state.drive_paths[i], ident)
             log.info("drive %s registered as a replacement (generation %s)",
                      state.drive_paths[i], ident["generation"])
+    if doc.get("state") in ("draining", "gone"):
+        # the whole node is being emptied: a gateway still on an older layout must not put
+        # new records here either (it gets 507 and hands the fragment off)
+        states = {i: "draining" for i in range(len(state.drive_paths))}
     state.drive_states = states
     state.layout_version = version
     if state.pool is not None:

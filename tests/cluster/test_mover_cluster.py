@@ -280,8 +280,10 @@ def test_a_replaced_drive_is_rebuilt_to_full_redundancy(tmp_path: Path) -> None:
         zg(g, "layout", "drive", "replace", "node02", str(dead))
         zg(g, "layout", "apply")
         st = moved_to(g, 2)
-        assert st["rebuilt"] > 0 and st["failed"] == 0
-        assert sorted(_node_ids(g, 2)) == sorted(before)  # what it held, back on it
+        # the mover rebuilds what it finds lost (the gateway's healer may have been first
+        # for some: tests/gateway/test_mover_engine.py counts the mover's alone)
+        assert st["failed"] == 0
+        assert wait_for(lambda: sorted(_node_ids(g, 2)) == sorted(before), 30)  # all back
         # count: k+m fragments per part, each on its own node (= domain here)
         where: dict[str, set[str]] = {}
         for i in range(6):

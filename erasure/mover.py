@@ -46,6 +46,7 @@ RETRY_AFTER = 300.0  # seconds before a run that left moves undone tries them ag
 PAGE = 200           # recorded parts per index page
 BATCH = 32           # parts journaled under one lease (one store write per batch)
 PARALLEL = 8         # parts of a batch moved at once (the throttle bounds the bytes)
+REBUILD_PARALLEL = 2  # of them, rebuilt from parity at once
 MAX_PASSES = 4       # passes over the index per run while moves keep succeeding
 SAVE_EVERY = 5.0     # seconds between saves of the run's progress
 
@@ -66,6 +67,9 @@ class Mover:
         self.run_lease, self.part_lease = RUN_LEASE, PART_LEASE
         self.retry_after = RETRY_AFTER
         self.parallel = PARALLEL
+        # rebuilds decode on the event loop (repair.rebuild): fewer at once than copies
+        self.rebuild_parallel = REBUILD_PARALLEL
+        self._rebuild_gate: asyncio.Semaphore | None = None
         self._batches = 0
         self.state = RunState()
         self.stats: Counter[str] = Counter()  # this process: fragments/bytes moved, failures
@@ -381,8 +385,11 @@ class Mover:
         scanned = ScannedPart(part.part_uid, part.length, part.scheme, part.crc32c, {}, sources)
         d = Damage(scanned, sorted(out_idx), {m.index: m.why for m in moves}, part,
                    targets={m.index: m.dst for m in moves})
+        if self._rebuild_gate is None:
+            self._rebuild_gate = asyncio.Semaphore(self.rebuild_parallel)
         try:
-            written, _ = await rebuild(self.cluster, d)
+            async with self._rebuild_gate:
+                written, _ = await rebuild(self.cluster, d)
         except PartDeleted:
             return []
         except (NodeError, RuntimeError, ValueError) as e:

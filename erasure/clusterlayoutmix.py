@@ -111,6 +111,8 @@ class LayoutMixin:
         """Adopt the store's current layout if it is newer; returns whether it switched."""
         if self.layout_store is None:
             return False
+        if await self.layout_store.version() <= self.layout.version:
+            return False  # the usual answer: one small query, no document
         cur = await self.layout_store.current()
         return cur is not None and await self.adopt(cur)
 

@@ -37,6 +37,9 @@ class LayoutStore(Protocol):
     async def current(self) -> ClusterLayout | None:
         """The newest published layout, or None before the first publish."""
 
+    async def version(self) -> int:
+        """The newest published version (0: none): cheap, for polling."""
+
     async def get(self, version: int) -> ClusterLayout | None: ...
 
     async def history(self, limit: int = HISTORY) -> list[ClusterLayout]:
@@ -108,6 +111,9 @@ class FileLayoutStore:
             vs = self._versions()
             return self._read(vs[-1]) if vs else None
         return await asyncio.to_thread(run)
+
+    async def version(self) -> int:
+        return await asyncio.to_thread(lambda: (self._versions() or [0])[-1])
 
     async def get(self, version: int) -> ClusterLayout | None:
         return await asyncio.to_thread(self._read, version)

@@ -20,6 +20,10 @@ class LayoutTables(abc.ABC):
         """(version, document) of the newest published layout, or None."""
 
     @abc.abstractmethod
+    async def layout_version(self) -> int:
+        """The newest published version (0: none); what every gateway polls."""
+
+    @abc.abstractmethod
     async def layout_get(self, version: int) -> str | None: ...
 
     @abc.abstractmethod

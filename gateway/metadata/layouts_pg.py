@@ -35,6 +35,10 @@ class PostgresLayouts(LayoutTables):
             "SELECT version, doc FROM layouts ORDER BY version DESC LIMIT 1"))
         return (int(row[0]), row[1]) if row else None
 
+    async def layout_version(self) -> int:
+        return int(await self._read(lambda c: c.fetchval(
+            "SELECT COALESCE(MAX(version), 0) FROM layouts")))
+
     async def layout_get(self, version: int) -> str | None:
         return await self._read(lambda c: c.fetchval(
             "SELECT doc FROM layouts WHERE version=$1", version))

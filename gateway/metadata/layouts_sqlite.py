@@ -31,6 +31,10 @@ class SqliteLayouts(LayoutTables):
                                    "LIMIT 1").fetchone()
         return (int(row[0]), row[1]) if row else None
 
+    async def layout_version(self) -> int:
+        return int(self._conn().execute("SELECT COALESCE(MAX(version), 0) FROM layouts")
+                   .fetchone()[0])
+
     async def layout_get(self, version: int) -> str | None:
         row = self._conn().execute("SELECT doc FROM layouts WHERE version=?",
                                    (version,)).fetchone()

@@ -21,6 +21,9 @@ class StoreLayouts:
         got = await self.store.layout_current()
         return ClusterLayout.from_json(got[1]) if got else None
 
+    async def version(self) -> int:
+        return await self.store.layout_version()
+
     async def get(self, version: int) -> ClusterLayout | None:
         doc = await self.store.layout_get(version)
         return ClusterLayout.from_json(doc) if doc else None

@@ -30,6 +30,7 @@ def config(n: int = 6) -> ClusterConfig:
 
 async def _contract(one: LayoutStore, two: LayoutStore) -> None:
     assert await one.current() is None and await one.history() == []
+    assert await one.version() == 0
     v1 = await load_or_bootstrap(one, config())
     assert v1.version == 1 and [n.id for n in v1.nodes] == [f"n{i}" for i in range(6)]
     # the other "gateway" sees the same version 1 and bootstrapping again changes nothing
@@ -56,6 +57,7 @@ async def _contract(one: LayoutStore, two: LayoutStore) -> None:
     v3 = apply_changes(winner, [], note="again")
     assert await two.publish(v3, 2)
     assert [x.version for x in await one.history()] == [3, 2, 1]
+    assert await one.version() == await two.version() == 3
     assert [x.version for x in await one.history(2)] == [3, 2]
     assert await one.get(1) == v1 and await one.get(9) is None
     assert (await one.get(3)).note == "again"

@@ -125,3 +125,19 @@ async def drain_drives(cluster: ErasureCluster, layout: ClusterLayout,
                 break
             after = recs[-1].id
     return moved, failed
+
+
+async def records_on(node_id: str, url: str, secret: str, node_timeout: float = 5.0,
+                     limit: int = 1000) -> int | None:
+    """How many records (up to `limit`) a node holds, asked directly (no cluster needed);
+    None when it does not answer. What `zonegate layout node remove` checks: a node that
+    answers with records must be drained first (or removed with --force)."""
+    from erasure.config import NodeSpec
+    from erasure.nodeclient import make_session
+    async with make_session() as session:
+        client = NodeClient(NodeSpec(node_id, url, node_id, ()), secret, session, node_timeout)
+        try:
+            recs, _ = await client.list("", "", limit)
+        except NodeError:
+            return None
+    return len(recs)

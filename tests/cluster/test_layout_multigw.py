@@ -148,7 +148,7 @@ def test_layout_changes_reach_every_gateway_and_node(mg: SixOfSeven) -> None:
     on1 = archives(mg, 1)
     parts_on1 = {a.rsplit(".f", 1)[0] for a in on1}
     assert len(parts_on1) == len(on1) > 0
-    zg(mg, "layout", "node", "remove", ids[1])
+    zg(mg, "layout", "node", "remove", ids[1], "--force")  # it holds data: not moved here
     zg(mg, "layout", "apply")
     doc = everywhere(mg, lambda h: h["layout"]["nodes_gone"] == [ids[1]]
                      and (h.get("census") or {}).get("layout_version") == 4)

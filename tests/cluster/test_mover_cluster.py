@@ -186,6 +186,9 @@ def test_drain_under_load_with_the_mover_killed(tmp_path: Path) -> None:
         for t in threads:
             t.start()
         try:
+            # a node that answers and holds records is not removed: drained first
+            r = zg(g, "layout", "node", "remove", "node02", ok=False)
+            assert "drain it first" in r.stderr and len(r.stderr.strip().splitlines()) == 1
             zg(g, "layout", "node", "drain", "node02")
             zg(g, "layout", "apply")
             # SIGKILL the gateway (the mover) once it has moved some fragments

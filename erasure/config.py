@@ -48,6 +48,10 @@ class ErasureSettings:
     write_quorum: int = 9
     node_timeout: float = 30.0       # seconds without progress before a node counts as failed
     state_dir: str = "data/erasure"  # repair queue
+    # the data mover's pace (bytes/s; 0 = unpaced): per node (what it sends and receives) and
+    # for the whole cluster, so that rebalancing leaves the foreground its throughput
+    move_rate: float = 32 * 1024 * 1024
+    move_rate_total: float = 256 * 1024 * 1024
 
     @property
     def scheme(self) -> Scheme:
@@ -119,7 +123,8 @@ class ClusterConfig:
             "secret": self.secret,
             "erasure": {"k": e.k, "m": e.m, "segment_size": e.segment_size, "backend": e.backend,
                         "write_quorum": e.write_quorum, "node_timeout": e.node_timeout,
-                        "state_dir": e.state_dir},
+                        "state_dir": e.state_dir, "move_rate": e.move_rate,
+                        "move_rate_total": e.move_rate_total},
         }
         if self.gateway:
             out["gateway"] = dict(self.gateway)
@@ -194,7 +199,7 @@ class _Parser:
     def erasure(self, e: dict, n_nodes: int) -> ErasureSettings:
         d = ErasureSettings()
         self.unknown(e, {"k", "m", "segment_size", "backend", "write_quorum", "node_timeout",
-                         "state_dir"}, "erasure")
+                         "state_dir", "move_rate", "move_rate_total"}, "erasure")
         k = self.get(e, "k", "erasure.k", int, d.k)
         m = self.get(e, "m", "erasure.m", int, d.m)
         if k < 1:
@@ -220,7 +225,13 @@ class _Parser:
         if not timeout > 0:
             raise self.fail("erasure.node_timeout", f"must be > 0 seconds, got {timeout}")
         state = self.get(e, "state_dir", "erasure.state_dir", str, d.state_dir)
-        return ErasureSettings(k, m, seg, backend, wq, float(timeout), state)
+        rates = []
+        for name in ("move_rate", "move_rate_total"):
+            v = self.get(e, name, f"erasure.{name}", (int, float), getattr(d, name))
+            if not v >= 0:
+                raise self.fail(f"erasure.{name}", f"must be >= 0 bytes/s (0: unpaced), got {v}")
+            rates.append(float(v))
+        return ErasureSettings(k, m, seg, backend, wq, float(timeout), state, *rates)
 
     def nodes(self, raw: Any) -> tuple[NodeSpec, ...]:
         if raw is _MISSING or raw == []:

@@ -78,6 +78,7 @@ class RecordHead:
     length: int
     meta: bytes
     crc32c: int | None
+    drive: int | None = None  # the node's drive index holding it (listings only)
 
 
 class NodeCallObserver(Protocol):
@@ -337,7 +338,7 @@ class NodeClient:
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
             raise self._down(e) from e
         recs = [RecordHead(r["id"], int(r["length"]), base64.b64decode(r.get("meta") or ""),
-                           r.get("crc32c")) for r in body.get("records", [])]
+                           r.get("crc32c"), r.get("drive")) for r in body.get("records", [])]
         return recs, body.get("next")
 
     async def scan(self, prefix: str = "", page: int = 1000) -> AsyncIterator[RecordHead]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -93,32 +94,46 @@ async def move_one(cluster: ErasureCluster, part_uid: str, index: int, src: str,
                    copy: bool = True) -> bool:
     """Copy one archive from `src` to `dst` (unless `copy` is False: it is there already),
     then delete it on `src`. False when the part is being deleted (nothing is left behind)."""
+    if copy and not await copy_one(cluster, part_uid, index, src, dst):
+        return False
+    if not copy and await cluster.deletions.known(part_uid):
+        return False
+    await cluster.clients[src].delete(archive_id(part_uid, index))
+    return True
+
+
+async def copy_one(cluster: ErasureCluster, part_uid: str, index: int, src: str, dst: str,
+                   pace: Callable[[int], Awaitable[None]] | None = None) -> bool:
+    """Copy one archive from `src` to `dst` as a verified stream (the node checks the CRC and
+    commits the record whole) in the part's stream (lifetime class); `pace(n)` is awaited
+    before each chunk (the mover's throttle). False when the part is being deleted (the copy
+    is removed again)."""
     rid = archive_id(part_uid, index)
     if await cluster.deletions.known(part_uid):
         return False
-    if copy:
-        async with cluster.clients[src].get(rid) as r:
-            head = r.head
-            assert head is not None
-            try:
-                stream = str(json.loads(head.meta).get("stream") or "repair")
-            except (ValueError, AttributeError):
-                stream = "repair"
+    async with cluster.clients[src].get(rid) as r:
+        head = r.head
+        assert head is not None
+        try:
+            stream = str(json.loads(head.meta).get("stream") or "repair")
+        except (ValueError, AttributeError):
+            stream = "repair"
 
-            async def body():
-                left = head.length
-                while left:
-                    n = min(left, COPY_CHUNK)
-                    yield await r.read_exactly(n)
-                    left -= n
+        async def body():
+            left = head.length
+            while left:
+                n = min(left, COPY_CHUNK)
+                if pace is not None:
+                    await pace(n)
+                yield await r.read_exactly(n)
+                left -= n
 
-            await cluster.clients[dst].put(rid, body(), length=head.length, stream=stream,
-                                           meta=lambda: head.meta)
-        if await cluster.deletions.known(part_uid):
-            # deleted while we copied: its listing of dst may have run before our write
-            await cluster.clients[dst].delete(rid)
-            return False
-    await cluster.clients[src].delete(rid)
+        await cluster.clients[dst].put(rid, body(), length=head.length, stream=stream,
+                                       meta=lambda: head.meta)
+    if await cluster.deletions.known(part_uid):
+        # deleted while we copied: its listing of dst may have run before our write
+        await cluster.clients[dst].delete(rid)
+        return False
     return True
 
 

@@ -37,6 +37,7 @@ class Damage:
     rebuild: list[int]             # fragment indexes to rebuild
     reasons: dict[int, str]
     layout: PartLayout | None = None  # from the repair queue, when there is a record
+    targets: dict[int, str] | None = None  # where each rebuilt fragment goes (the mover's)
 
 
 @dataclass
@@ -195,6 +196,8 @@ async def _verify(cluster: ErasureCluster, p: ScannedPart, index: int, node: str
 
 
 def _targets(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
+    if d.targets is not None:
+        return dict(d.targets)
     p = d.part
     holders = {nodes[0] for i, nodes in p.fragments.items() if i not in d.rebuild}
     home = cluster.home(p.part_uid, p.scheme.n)

@@ -82,6 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         x = cmd(node, name, helptext, cmd_stage)
         x.add_argument("id")
         x.set_defaults(op=f"node {name}")
+        if name == "remove":  # refused while the node answers and still holds records
+            x.add_argument("--force", action="store_true",
+                           help="remove it although it answers and holds records (they are "
+                           "then rebuilt from parity elsewhere, never copied)")
     w = cmd(node, "weight", "share of new fragments (1 = even; 0 = none)", cmd_stage)
     w.add_argument("id")
     w.add_argument("weight", type=float)
@@ -202,10 +206,28 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
     async def fn(store: LayoutStore, cur: ClusterLayout) -> int:
         apply_changes(cur, [*await store.staged(), change])  # refused here, not at apply
+        if change.op == "node remove" and not getattr(args, "force", False):
+            await _refuse_removing_data(cur, str(change.args["id"]), args.config)
         await store.stage(change)
         print(f"staged: {change.describe()} (`zonegate layout diff`, then `apply`)")
         return 0
     return _run(args, fn)
+
+
+async def _refuse_removing_data(cur: ClusterLayout, node_id: str, config_path: str) -> None:
+    """A node that answers and still holds records is not removed (its fragments would be
+    rebuilt from parity instead of copied, or be the only copies): drain it first. A node
+    that does not answer is gone: removing it is what rebuilds its fragments."""
+    from erasure.movesweep import records_on
+    node = cur.node(node_id)
+    if node is None or node.state == "gone":
+        return
+    held = await records_on(node.id, node.url, ClusterConfig.load(config_path).secret)
+    if held:
+        raise LayoutError(f"node {node_id} answers and still holds {held}"
+                          f"{'+' if held >= 1000 else ''} records: drain it first "
+                          f"(`zonegate layout node drain {node_id}`, then wait for the mover), "
+                          "or --force if it must go now")
 
 
 def cmd_diff(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 from erasure import cli as erasure_cli
 from gateway.cli import dev as gateway_dev
 from gateway.cli import layout as gateway_layout
+from gateway.cli import rebalance as gateway_rebalance
 from gateway.cli import status as gateway_status
 from gateway.cli import users as gateway_users
 from gateway.metadata import cli as gateway_metadata
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway_recover.register(sub)
     gateway_bucketmarkers.register(sub)
     gateway_status.register(sub)
+    gateway_rebalance.register(sub)
     gateway_metadata.register(sub)
     gateway_users.register(sub)
     gateway_layout.register(sub)

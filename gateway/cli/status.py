@@ -177,6 +177,8 @@ async def gather_status(config: ClusterConfig, node_timeout: float = 5.0,
     wq = config.erasure.write_quorum if config.erasure.scheme == s else min(s.k + 1, s.n)
     up = len(nodes) - len(down)
     awaiting, where = await repair_backlog(config)
+    from gateway.cli.rebalance import move_progress
+    moves = await move_progress(config)
     return {
         "nodes": nodes,
         "nodes_up": up,
@@ -194,6 +196,8 @@ async def gather_status(config: ClusterConfig, node_timeout: float = 5.0,
         # None: this machine has no repair queue (it lives where the gateway runs)
         "parts_awaiting_repair": awaiting,
         "repair_queue": where,
+        # the data mover's run (gateway/cli/rebalance.py; None: no metadata store here)
+        "moves": moves,
         # the gateway's /health/cluster when it answers from here (None otherwise)
         "gateway_health": health,
     }
@@ -316,6 +320,9 @@ def render(doc: dict[str, Any], console: Any) -> None:
     else:
         style = "green" if backlog == 0 else "yellow"
         console.print(f"repair backlog: [{style}]{backlog}[/] parts")
+    if "moves" in doc:
+        from gateway.cli.rebalance import describe_progress
+        console.print(describe_progress(doc["moves"]))
 
     sizes = (["writable", "live", "garbage", "strand"] if zoned else ["free", "written"])
     zone_cols = ["open", "full"] if zoned else ["open", "full", "empty"]

@@ -47,6 +47,8 @@ from gateway.metadata.keys import (
 )
 from gateway.metadata.layouts_pg import MIGRATION as LAYOUTS_MIGRATION
 from gateway.metadata.layouts_pg import PostgresLayouts
+from gateway.metadata.moves_pg import MIGRATION as MOVES_MIGRATION
+from gateway.metadata.moves_pg import PostgresMoves
 from gateway.metadata.partscache import PartsCache
 from gateway.metadata.pg_extra import PgExtras
 from gateway.metadata.pg_versions import PgVersions
@@ -137,6 +139,8 @@ MIGRATIONS: list[str] = [
     LAYOUTS_MIGRATION,
     # work leases shared by every gateway worker: rehoming and healing a part once
     LEASES_MIGRATION,
+    # the data mover's leases and progress (issue 25, gateway/metadata/moves.py)
+    MOVES_MIGRATION,
 ]
 
 # What a lost, restarting or overloaded database raises: the request gets 503 SlowDown.
@@ -219,7 +223,8 @@ def _part(r: Any) -> PartRecord:
     return PartRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), json.loads(r[6]))
 
 
-class PostgresStore(PgVersions, PgExtras, PostgresQueues, PostgresLayouts, MetadataStore):
+class PostgresStore(PgVersions, PgExtras, PostgresQueues, PostgresLayouts, PostgresMoves,
+                    MetadataStore):
     _again = Again
 
     def __init__(self, url: str, *, free_delay: float = 0.0, password_file: str | None = None,

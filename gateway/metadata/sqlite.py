@@ -38,6 +38,8 @@ from gateway.metadata.keys import (
 )
 from gateway.metadata.layouts_sqlite import MIGRATION as LAYOUTS_MIGRATION
 from gateway.metadata.layouts_sqlite import SqliteLayouts
+from gateway.metadata.moves_sqlite import MIGRATION as MOVES_MIGRATION
+from gateway.metadata.moves_sqlite import SqliteMoves
 from gateway.metadata.queues_sqlite import LEASES_MIGRATION, SqliteQueues
 from gateway.metadata.queues_sqlite import MIGRATION as QUEUES_MIGRATION
 from gateway.metadata.sqlite_extra import SqliteExtras
@@ -122,6 +124,8 @@ MIGRATIONS: list[str] = [
     LAYOUTS_MIGRATION,
     # work leases shared by every gateway worker: rehoming and healing a part once
     LEASES_MIGRATION,
+    # the data mover's leases and progress (issue 25, gateway/metadata/moves.py)
+    MOVES_MIGRATION,
 ]
 
 
@@ -142,7 +146,8 @@ def _bk(row: tuple) -> BucketRecord:
     return BucketRecord(row[0], row[1], row[2], row[3], json.loads(row[4]) if row[4] else None)
 
 
-class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, SqliteLayouts, MetadataStore):
+class SqliteStore(SqliteVersions, SqliteExtras, SqliteQueues, SqliteLayouts, SqliteMoves,
+                  MetadataStore):
     def __init__(self, path: str | Path, *, free_delay: float = 0.0) -> None:
         self.path = str(path)
         # Seconds between an object's data being replaced or deleted and its fragments

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.metadata.layouts import LayoutTables
+from gateway.metadata.moves import MovesStore
 from gateway.metadata.queues import QueueStore
 from gateway.s3.errors import S3Error
 
@@ -221,7 +222,7 @@ def storable_key(text: str) -> bool:
     return True
 
 
-class MetadataStore(QueueStore, LayoutTables, abc.ABC):
+class MetadataStore(QueueStore, LayoutTables, MovesStore, abc.ABC):
     """What the S3 operations need from metadata. Old layouts freed by a call are queued in the
     orphan queue inside the same transaction, so a crash never loses track of them.
 
@@ -529,6 +530,7 @@ class MetadataStore(QueueStore, LayoutTables, abc.ABC):
         worker no longer holds the lease."""
 
     # repair queue and deletion records: see gateway/metadata/queues.py (QueueStore)
+    # recorded layouts and the data mover's leases: gateway/metadata/moves.py (MovesStore)
 
     # fragment audit
     @abc.abstractmethod

@@ -90,6 +90,12 @@ class Gateway:
         # lifecycle_day_seconds shortens the lifecycle day for tests (rgw_lc_debug_interval)
         self.lifecycle = LifecycleWorker.from_gateway(self, gw)
         self.lifecycle_day = self.lifecycle.day
+        # the data mover (rebalance, drain, drive replacement): gateway/store/movework.py
+        self.mover: Any = None
+        cluster = getattr(self.storage, "cluster", None)
+        if getattr(cluster, "layout", None) is not None:
+            from gateway.store.movework import MoverService
+            self.mover = MoverService.from_gateway(config, cluster, self.store)
 
     def kick_sweeper(self) -> None:
         """Wake the sweeper: a commit just queued fragments to delete."""
@@ -102,9 +108,13 @@ class Gateway:
         await self.storage.start()
         self._sweeper = asyncio.create_task(self._sweep_loop())
         self.lifecycle.start()
+        if self.mover is not None:
+            self.mover.start()
 
     async def close(self) -> None:
         await self.lifecycle.stop()
+        if self.mover is not None:
+            await self.mover.stop()
         if self._sweeper:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -35,6 +35,7 @@ from gateway.server.metrics import (
     Scope,
     Send,
     instrument_cluster,
+    instrument_mover,
     metrics_endpoint,
 )
 
@@ -193,6 +194,8 @@ def install(app: Any) -> None:
     cluster = getattr(getattr(gw, "storage", None), "cluster", None)
     if cluster is not None:
         instrument_cluster(cluster)
+    if getattr(gw, "mover", None) is not None:
+        instrument_mover(gw.mover)
     # added last = outermost: operator requests are not counted as S3 requests
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(OperatorEndpoints)

@@ -155,6 +155,11 @@ _STATS_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "decode_seconds": ("coding_seconds", ("decode",)),
     "encode_bytes": ("coding_bytes", ("encode",)),
     "decode_bytes": ("coding_bytes", ("decode",)),
+    # the data mover's (erasure/mover.py Mover.stats)
+    "bytes_moved": ("move_bytes", ()),
+    "fragments_moved": ("move_fragments", ()),
+    "fragments_rebuilt": ("move_rebuilt", ()),
+    "move_failures": ("move_failures", ()),
 }
 
 
@@ -250,6 +255,17 @@ class GatewayMetrics:
         self.coding_bytes = Counter(f"{PREFIX}_erasure_bytes",
                                     "Part bytes erasure encoded or decoded.",
                                     ["operation"], registry=r)
+        self.move_bytes = Counter(f"{PREFIX}_move_bytes", "Fragment bytes the data mover "
+                                  "moved (copied or rebuilt) and committed.", registry=r)
+        self.move_fragments = Counter(f"{PREFIX}_move_fragments", "Fragments the data mover "
+                                      "moved and committed.", registry=r)
+        self.move_rebuilt = Counter(f"{PREFIX}_move_rebuilt_fragments", "Of them, rebuilt "
+                                    "from parity (source gone, lost or unreadable).",
+                                    registry=r)
+        self.move_failures = Counter(f"{PREFIX}_move_failures", "Fragment moves that "
+                                     "failed (retried by a later pass).", registry=r)
+        self.mover_stores: list[Any] = []
+        self.move_progress: dict[str, Any] | None = None
         for op in ("encode", "decode"):  # present (as 0) before the first part
             self.coding_seconds.labels(op)
             self.coding_bytes.labels(op)
@@ -303,6 +319,18 @@ class GatewayMetrics:
             log.debug("repair backlog not readable: %s", e)  # the store logs its outages
             self.repair_backlog = None
 
+    async def refresh_move_progress(self) -> None:
+        """Read the mover's run from the store for the next `render` (left out when it
+        cannot be read)."""
+        self.move_progress = None
+        for store in self.mover_stores:
+            try:
+                doc = await asyncio.wait_for(store.get("run"), BACKLOG_TIMEOUT)
+            except Exception as e:
+                log.debug("mover progress not readable: %s", e)
+                return
+            self.move_progress = doc or {}
+
     # -- exposition --------------------------------------------------------------------------
 
     def render(self) -> bytes:
@@ -313,9 +341,11 @@ class GatewayMetrics:
             reg = CollectorRegistry()
             multiprocess.MultiProcessCollector(reg)
             reg.register(RepairBacklogCollector(self.repair_backlog))
+            reg.register(MoveProgressCollector(self.move_progress))
             return generate_latest(reg)
         text = generate_latest(self.registry)
-        return text + generate_latest(_single(RepairBacklogCollector(self.repair_backlog)))
+        return (text + generate_latest(_single(RepairBacklogCollector(self.repair_backlog)))
+                + generate_latest(_single(MoveProgressCollector(self.move_progress))))
 
 
 def _single(collector: Any) -> CollectorRegistry:
@@ -338,6 +368,38 @@ class RepairBacklogCollector:
                               "Parts with fragments missing or corrupt, queued for repair.")
         g.add_metric([], float(self.backlog))
         yield g
+
+
+class MoveProgressCollector:
+    """The data mover's run as stored (every gateway reports the cluster's one run): bytes
+    and parts left, the ETA, and whether it runs."""
+
+    def __init__(self, doc: dict[str, Any] | None) -> None:
+        self.doc = doc
+
+    def collect(self) -> Iterable[Metric]:
+        if self.doc is None:
+            return
+        from erasure.mover import RunState
+        st = RunState.from_dict(self.doc)
+        active = bool(self.doc) and st.phase != "done"
+        for name, helptext, value in (
+                ("move_bytes_left", "Fragment bytes the data mover still has to move "
+                 "(estimate).", st.bytes_left if active else 0),
+                ("move_parts_left", "Parts with a fragment still to move (estimate).",
+                 st.parts_left if active else 0),
+                ("move_active", "1 while a data mover run is unfinished.", int(active)),
+                ("move_layout_version", "Cluster layout version of the last mover run.",
+                 st.version)):
+            g = GaugeMetricFamily(f"{PREFIX}_{name}", helptext)
+            g.add_metric([], float(value))
+            yield g
+        eta = st.eta if active else 0.0
+        if eta is not None:
+            g = GaugeMetricFamily(f"{PREFIX}_move_eta_seconds", "Seconds until the data "
+                                  "mover's run is done at its rate so far.")
+            g.add_metric([], float(eta))
+            yield g
 
 
 def _forget_dead_workers(directory: Path) -> None:
@@ -466,6 +528,7 @@ def metrics_endpoint(metrics: GatewayMetrics | None = None) -> ASGIApp:
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
         m = metrics or get_metrics()
         await m.refresh_repair_backlog()
+        await m.refresh_move_progress()
         body = m.render()
         head = scope.get("method") == "HEAD"
         await send({"type": "http.response.start", "status": 200,
@@ -538,3 +601,11 @@ def instrument_cluster(cluster: Any, metrics: GatewayMetrics | None = None) -> N
     queue = getattr(cluster, "repair_queue", None)
     if queue is not None and hasattr(queue, "size"):
         m.watch_repair_queue(queue)
+
+
+def instrument_mover(service: Any, metrics: GatewayMetrics | None = None) -> None:
+    """Count the data mover's moves (gateway/store/movework.py) and report its run."""
+    m = metrics or get_metrics()
+    mover = service.mover
+    mover.stats = ErasureStats(m, mover.stats.items())
+    m.mover_stores = [mover.store]

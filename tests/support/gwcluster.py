@@ -57,9 +57,15 @@ class Gateway:
     def __init__(self, root: Path, *, nodes: int = 6, k: int = 4, m: int = 2,
                  workers: int = 1, segment_size: int = 1024 * 1024,
                  gateway_options: dict[str, Any] | None = None,
-                 geometry: Geometry | None = None, node_args: Sequence[str] = ()) -> None:
+                 geometry: Geometry | None = None, node_args: Sequence[str] = (),
+                 config_nodes: int | None = None, drives_per_node: int = 1,
+                 erasure_options: dict[str, Any] | None = None) -> None:
         self.root = Path(root)
-        self.nodes = NodeCluster(self.root / "nodes", nodes, drives_per_node=1,
+        # node processes beyond the first `config_nodes` run but are not in the cluster file
+        # (nodes a test adds with `zonegate layout node add`)
+        self.config_nodes = nodes if config_nodes is None else config_nodes
+        self.erasure_options = dict(erasure_options or {})
+        self.nodes = NodeCluster(self.root / "nodes", nodes, drives_per_node=drives_per_node,
                                  secret="gw-test-secret", geometry=geometry,
                                  extra_args=node_args)
         self.k, self.m, self.workers, self.segment_size = k, m, workers, segment_size
@@ -80,7 +86,7 @@ class Gateway:
         write_config(self.config_path, {
             "secret": self.nodes.secret,
             "erasure": {"k": self.k, "m": self.m, "segment_size": self.segment_size,
-                        "state_dir": str(self.root / "erasure")},
+                        "state_dir": str(self.root / "erasure"), **self.erasure_options},
             "gateway": {"listen": f"127.0.0.1:{self.port}", "metadata": str(self.meta_path),
                         **self.gateway_options},
             "users": [{"name": "alice", "access_key": ACCESS_KEY, "secret_key": SECRET_KEY},
@@ -88,7 +94,8 @@ class Gateway:
             "nodes": [{"id": nid, "url": url, "drives": [str(d) for d in
                                                           self.nodes.drive_paths(i)]}
                       for i, (nid, url) in enumerate(zip(self.nodes.ids, self.nodes.urls,
-                                                         strict=True))],
+                                                         strict=True))
+                      if i < self.config_nodes],
         })
         self.start_gateway()
         return self

@@ -362,10 +362,13 @@ async def list_records(request: web.Request) -> web.Response:
     infos = _store(request).scan(prefix, after, limit + 1)
     more = len(infos) > limit
     infos = infos[:limit]
+    # which drive holds each record (a drive pool's index; what a drive drain empties)
+    locate = getattr(_store(request), "locate", None)
     return web.json_response({
         "records": [
             {"id": i.id, "length": i.length, "meta": base64.b64encode(i.meta).decode(),
-             "stream": i.stream, "crc32c": i.crc32c, "seq": i.seq}
+             "stream": i.stream, "crc32c": i.crc32c, "seq": i.seq,
+             "drive": locate(i.id) if locate is not None else None}
             for i in infos
         ],
         "next": infos[-1].id if more and infos else None,

@@ -25,7 +25,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +34,19 @@ from erasure.clusterlayoutmix import LayoutMixin
 from erasure.codec import Codec, Scheme
 from erasure.config import ClusterConfig
 from erasure.errors import ErasureError, QuorumError
-from erasure.layout import PartLayout, PartResult, parse_archive_id, parse_archive_meta
+from erasure.layout import (
+    PartLayout,
+    PartResult,
+    ScannedPart,
+    parse_archive_id,
+    parse_archive_meta,
+)
 from erasure.layoutstore import LayoutStore, load_or_bootstrap
 from erasure.leases import LeaseStore, LocalLeases, new_holder, part_lease
 from erasure.nodeclient import NodeClient, NodeError, make_session
 from erasure.placement import room_weights
 from erasure.rehome import Handoffs
+from erasure.repair import heal, heal_scrub_damage
 from erasure.repairqueue import (
     Deletions,
     DeletionStore,
@@ -59,23 +65,6 @@ HEAL_BATCH = 1       # records per claim: each lease starts when its own heal do
 SCRUB_CHECK_INTERVAL = 60.0  # seconds between fetches of the nodes' scrub damage lists
 LAYOUT_POLL = 3.0  # seconds between looks at the layout store for a newer version
 CENSUS_MAX_AGE = 300.0  # seconds a count of the parts below full redundancy is reused
-
-
-@dataclass
-class ScannedPart:
-    """A part as found on the nodes: what its archives' metadata say and where they are."""
-
-    part_uid: str
-    length: int
-    scheme: Scheme
-    crc32c: int
-    meta: dict[str, Any]                      # the caller's dict given to write_part
-    fragments: dict[int, list[str]] = field(default_factory=dict)  # index -> node ids
-
-    def layout(self) -> PartLayout:
-        placement = {i: nodes[0] for i, nodes in self.fragments.items()}
-        missing = [i for i in range(self.scheme.n) if i not in placement]
-        return PartLayout(self.part_uid, self.length, self.scheme, placement, missing, self.crc32c)
 
 
 class ErasureCluster(LayoutMixin):
@@ -287,7 +276,6 @@ class ErasureCluster(LayoutMixin):
                 if self._heal_kick is not None and rounds * self.health_interval >= \
                         self.scrub_check_interval:
                     rounds = 0
-                    from erasure.repair import heal_scrub_damage
                     await heal_scrub_damage(self)
             except Exception:  # never let the loop die; the next round tries again
                 log.exception("health check failed")
@@ -341,8 +329,6 @@ class ErasureCluster(LayoutMixin):
             kick.clear()
 
     async def _heal_one(self, rec: RepairRecord) -> None:
-        from erasure.repair import heal
-
         uid = rec.layout.part_uid
         try:
             if await self.deletions.known(uid):

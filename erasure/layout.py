@@ -102,3 +102,20 @@ def parse_archive_meta(blob: bytes) -> dict[str, Any]:
         return d
     except (KeyError, TypeError, json.JSONDecodeError) as e:
         raise ValueError(f"bad archive metadata: {e}") from None
+
+
+@dataclass
+class ScannedPart:
+    """A part as found on the nodes: what its archives' metadata say and where they are."""
+
+    part_uid: str
+    length: int
+    scheme: Scheme
+    crc32c: int
+    meta: dict[str, Any]                      # the caller's dict given to write_part
+    fragments: dict[int, list[str]] = field(default_factory=dict)  # index -> node ids
+
+    def layout(self) -> PartLayout:
+        placement = {i: nodes[0] for i, nodes in self.fragments.items()}
+        missing = [i for i in range(self.scheme.n) if i not in placement]
+        return PartLayout(self.part_uid, self.length, self.scheme, placement, missing, self.crc32c)

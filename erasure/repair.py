@@ -19,14 +19,17 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from erasure.cluster import ErasureCluster, ScannedPart
 from erasure.codec import CodecError
 from erasure.errors import ErasureError
-from erasure.layout import PartLayout, archive_id, parse_archive_id
+from erasure.layout import PartLayout, ScannedPart, archive_id, parse_archive_id
 from erasure.nodeclient import NodeError, RecordCorrupt, RecordReader
 from erasure.rehome import off_home, rehome_part
 from erasure.writer import ArchiveUpload
+
+if TYPE_CHECKING:
+    from erasure.cluster import ErasureCluster
 
 log = logging.getLogger(__name__)
 

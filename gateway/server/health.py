@@ -92,7 +92,7 @@ async def readiness(gateway: Any) -> tuple[int, dict[str, Any]]:
     problem = await metadata_problem(gateway)
     if problem:
         reasons.append(problem)
-    cluster = gateway.store.storage.cluster
+    cluster = gateway.storage.cluster
     await refresh_nodes(cluster)
     health = cluster_health(cluster)
     if not health["write_quorum"]:
@@ -106,7 +106,7 @@ async def readiness(gateway: Any) -> tuple[int, dict[str, Any]]:
 
 async def cluster_status(gateway: Any) -> tuple[int, dict[str, Any]]:
     """(status, body) of /health/cluster."""
-    cluster = gateway.store.storage.cluster
+    cluster = gateway.storage.cluster
     await refresh_nodes(cluster)
     health = cluster_health(cluster)
     ok = health["write_quorum"] and health["read_quorum"]

@@ -9,10 +9,11 @@ bodies, chunked responses, and no body for HEAD, 204 and 304.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import os
 import statistics
-import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 MiB = 1 << 20
@@ -69,18 +70,14 @@ async def _relay_body(r: asyncio.StreamReader, w: asyncio.StreamWriter, h: dict[
     return total
 
 
-class TraceProxy:
-    """`with TraceProxy(port) as p:` listens on p.endpoint, relays to 127.0.0.1:port and
-    records every exchange in p.calls."""
+class _Proxy:
+    """The relay itself, in its own process (see TraceProxy)."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream = upstream_port
         self.calls: list[Call] = []
-        self.loop = asyncio.new_event_loop()
-        self.port = 0
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
-    async def _serve(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+    async def serve(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
         try:
             ur, uw = await asyncio.open_connection("127.0.0.1", self.upstream)
         except OSError:
@@ -95,6 +92,8 @@ class TraceProxy:
                 line, h = _headers(head)
                 method, path = (line.split(" ") + ["", ""])[:2]
                 call = Call(method, path, h.get("range", ""), time.perf_counter())
+                if os.environ.get("REQTRACE_HEADERS"):
+                    print(head.decode("latin-1"), flush=True)
                 self.calls.append(call)
                 uw.write(head)
                 await _relay_body(cr, uw, h, False)
@@ -116,22 +115,46 @@ class TraceProxy:
             uw.close()
             cw.close()
 
+    async def run(self, conn: Any) -> None:
+        server = await asyncio.start_server(self.serve, "127.0.0.1", 0)
+        conn.send(server.sockets[0].getsockname()[1])
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, conn.recv)  # the parent says stop
+        server.close()
+        conn.send([asdict(c) for c in self.calls])
+
+
+def _proxy_main(upstream_port: int, conn: Any) -> None:
+    asyncio.run(_Proxy(upstream_port).run(conn))
+
+
+class TraceProxy:
+    """`with TraceProxy(port) as p:` listens on p.endpoint, relays to 127.0.0.1:port and, on
+    exit, holds every exchange in p.calls. It runs in a process of its own: in the client's
+    process it would compete for the GIL with the client and slow down what it measures."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream = upstream_port
+        self.calls: list[Call] = []
+        self.port = 0
+
     def __enter__(self) -> TraceProxy:
-        self._thread.start()
-
-        async def start() -> int:
-            self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-            return self._server.sockets[0].getsockname()[1]
-
-        self.port = asyncio.run_coroutine_threadsafe(start(), self.loop).result()
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_proxy_main, args=(self.upstream, child), daemon=True)
+        self._proc.start()
+        if not self._conn.poll(60):
+            self._proc.kill()
+            raise RuntimeError(f"the trace proxy did not start (exit code {self._proc.exitcode})")
+        self.port = self._conn.recv()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        async def stop() -> None:
-            self._server.close()
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
+        self._conn.send("stop")
+        self.calls = [Call(**c) for c in self._conn.recv()]
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
 
     @property
     def endpoint(self) -> str:
@@ -186,15 +209,25 @@ def traced_load(target: Any, state: dict[str, Any], endpoint: str, s3: Any) -> d
     from bench.checkpoint_bench import delete_prefix, make_state, same_bytes, state_bytes
     ckpt = f"trace-{target.name}-{int(time.time() * 1000)}"
     dcp.save(state, storage_writer=target.writer(ckpt))
+    from bench.promhist import quantiles, scrape
     port = int(endpoint.rsplit(":", 1)[1])
+    before = scrape(endpoint)
     with TraceProxy(port) as proxy:
         traced = type(target)(proxy.endpoint, target.threads, target.root, target.part_mib)
         fresh = make_state(state_bytes(state), "cpu", fill=False)
         t0 = time.perf_counter()
         dcp.load(fresh, storage_reader=traced.reader(ckpt))
         wall = time.perf_counter() - t0
+    after = scrape(endpoint)
     out = summarize(proxy.calls)
+    if os.environ.get("REQTRACE_HEADERS"):
+        t0 = min(c.start for c in proxy.calls)
+        for c in proxy.calls:
+            print(f"{c.method} {c.range:24s} start {c.start - t0:6.3f} ttfb "
+                  f"{c.first_byte - c.start:6.3f} end {c.end - t0:6.3f} {c.body}")
     out["load_s"] = wall
+    for h in ("time_to_first_byte_seconds", "request_duration_seconds"):
+        out[f"gateway_get_{h}"] = quantiles(before, after, f"zonegate_gateway_{h}", "GetObject")
     out["exact"] = same_bytes(state, fresh)
     delete_prefix(s3, ckpt)
     print(f"  trace {target.name}: {out}", flush=True)

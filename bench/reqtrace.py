@@ -173,10 +173,12 @@ def summarize(calls: list[Call]) -> dict[str, Any]:
     sizes = sorted(c.body for c in gets)
     events = sorted([(c.start, 1) for c in gets] + [(c.end, -1) for c in gets])
     now = most = 0
-    area = 0.0
+    area = idle = 0.0
     last = events[0][0]
     for t, d in events:
         area += now * (t - last)
+        if now == 0:
+            idle += t - last  # no GET in flight: the client is busy with what it got
         last = t
         now += d
         most = max(most, now)
@@ -188,7 +190,7 @@ def summarize(calls: list[Call]) -> dict[str, Any]:
         statistics.median(sizes), "get_size_max": sizes[-1],
         "gets_8mib_aligned": sum(1 for c in gets if _aligned(c.range, 8 * MiB)),
         "max_concurrent": most, "mean_concurrent": area / span if span else 0.0,
-        "span_s": span, "ttfb_median_s": statistics.median(ttfb), "ttfb_max_s": ttfb[-1],
+        "span_s": span, "no_get_in_flight_s": idle, "ttfb_median_s": statistics.median(ttfb), "ttfb_max_s": ttfb[-1],
         "mbps_over_span": sum(sizes) / span / 1e6 if span else 0.0,
     })
     return out

@@ -4,7 +4,6 @@ follow a record moved by reclaim while being read."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from zonestore.errors import CorruptRecord, InvalidRange, RecordNotFound
@@ -67,104 +66,66 @@ class RecordReader:
                 break
         return out
 
-    def _group(self, e: Entry, i: int, need: int, end: int) -> list[Extent]:
-        """Extent i and the ones after it in the same zone, up to about one chunk, that bytes
-        before `end` need (`need`: the record offset where extent i ends)."""
-        ext = e.extents[i]
-        z = ext.offset // self.zone_size
-        group = [ext]
-        size = ext.length
-        while need < end and i + len(group) < len(e.extents):
-            nxt = e.extents[i + len(group)]
-            if nxt.offset // self.zone_size != z or size + nxt.length > self._group_max:
-                break
-            group.append(nxt)
-            size += nxt.length
-            need += nxt.length
-        return group
-
     async def _read(self, e: Entry, pos: int, end: int) -> AsyncIterator[bytes]:
         epochs = {z: self.zone_epoch.get(z) for z in e.zone_bytes(self.zone_size)}
         base = 0
         i = 0
-        # The next group's device read runs while this one's bytes are sent (one group
-        # ahead, about one chunk of memory): a read of several chunks no longer waits for the
-        # device between them.
-        ahead: asyncio.Future[list[bytes | Exception]] | None = None
-        ahead_at = -1  # the extent index the read ahead starts at
-        try:
-            while pos < end:
-                ext = e.extents[i]
-                if base + ext.length <= pos:
-                    base += ext.length
-                    i += 1
-                    continue
-                z = ext.offset // self.zone_size
-                # The extents needed next in the same zone, up to about one chunk, are read in
-                # one hand-off to the I/O thread: a record of a chunk and a small tail (an
-                # erasure archive of 1 MiB + its headers) costs one thread round trip, not two.
-                group = self._group(e, i, base + ext.length, end)
-                if ahead is not None and ahead_at == i:
-                    fut, ahead = ahead, None
-                else:
-                    fut = asyncio.ensure_future(asyncio.to_thread(self._read_extents, group))
-                results = await fut
-                nxt_base = base + sum(x.length for x in group)
-                if nxt_base < end and i + len(group) < len(e.extents):
-                    ahead_at = i + len(group)
-                    nxt = e.extents[ahead_at]
-                    ahead = asyncio.ensure_future(asyncio.to_thread(
-                        self._read_extents, self._group(e, ahead_at, nxt_base + nxt.length, end)))
-                moved = False
-                for ext, data in zip(group, results, strict=False):
-                    if isinstance(data, Exception):
-                        if not isinstance(data, OSError):
-                            raise data
-                        if self.zone_epoch.get(z) == epochs.get(z):
-                            self.index.counters["read_errors"] += 1
-                            raise data
-                        moved = True
-                        break
-                    if self.zone_epoch.get(z) != epochs.get(z):
-                        moved = True
-                        break
-                    if crc32c(data) != ext.crc:
-                        self.index.counters["crc_failures"] += 1
-                        raise CorruptRecord(
-                            f"record {e.id!r}: CRC32C mismatch in bytes {base}-"
-                            f"{base + ext.length - 1} (device offset {ext.offset})"
-                        )
-                    lo = pos - base
-                    hi = min(ext.length, end - base)
-                    yield data if (lo == 0 and hi == ext.length) else data[lo:hi]
-                    pos = base + hi
-                    base += ext.length
-                    i += 1
-                if moved:
-                    # Reclaim moved the record and reset the zone under us: follow it (what
-                    # was read ahead is of the old place).
-                    await _settle(ahead)
-                    ahead = None
-                    n = self.index.lookup(e.id)
-                    if n is None or n.kind != REC or n.seq != e.seq:
-                        raise RecordNotFound(f"{e.id} was deleted while being read")
-                    e = n
-                    epochs = {z: self.zone_epoch.get(z) for z in e.zone_bytes(self.zone_size)}
-                    base = 0
-                    i = 0
-        finally:
-            await _settle(ahead)
+        while pos < end:
+            ext = e.extents[i]
+            if base + ext.length <= pos:
+                base += ext.length
+                i += 1
+                continue
+            z = ext.offset // self.zone_size
+            # The extents needed next in the same zone, up to about one chunk, are read in
+            # one hand-off to the I/O thread: a record of a chunk and a small tail (an
+            # erasure archive of 1 MiB + its headers) costs one thread round trip, not two.
+            group = [ext]
+            size = ext.length
+            need = base + ext.length
+            while need < end and i + len(group) < len(e.extents):
+                nxt = e.extents[i + len(group)]
+                if nxt.offset // self.zone_size != z or size + nxt.length > self._group_max:
+                    break
+                group.append(nxt)
+                size += nxt.length
+                need += nxt.length
+            results = await asyncio.to_thread(self._read_extents, group)
+            moved = False
+            for ext, data in zip(group, results, strict=False):
+                if isinstance(data, Exception):
+                    if not isinstance(data, OSError):
+                        raise data
+                    if self.zone_epoch.get(z) == epochs.get(z):
+                        self.index.counters["read_errors"] += 1
+                        raise data
+                    moved = True
+                    break
+                if self.zone_epoch.get(z) != epochs.get(z):
+                    moved = True
+                    break
+                if crc32c(data) != ext.crc:
+                    self.index.counters["crc_failures"] += 1
+                    raise CorruptRecord(
+                        f"record {e.id!r}: CRC32C mismatch in bytes {base}-"
+                        f"{base + ext.length - 1} (device offset {ext.offset})"
+                    )
+                lo = pos - base
+                hi = min(ext.length, end - base)
+                yield data if (lo == 0 and hi == ext.length) else data[lo:hi]
+                pos = base + hi
+                base += ext.length
+                i += 1
+            if moved:
+                # Reclaim moved the record and reset the zone under us: follow it.
+                n = self.index.lookup(e.id)
+                if n is None or n.kind != REC or n.seq != e.seq:
+                    raise RecordNotFound(f"{e.id} was deleted while being read")
+                e = n
+                epochs = {z: self.zone_epoch.get(z) for z in e.zone_bytes(self.zone_size)}
+                base = 0
+                i = 0
 
     def scan(self, prefix: str = "", after: str = "", limit: int = 1000) -> list[RecordInfo]:
         self._check_open()
         return [_info(e) for e in self.index.scan(prefix, after, limit)]
-
-
-async def _settle(fut: asyncio.Future | None) -> None:
-    """Wait out a read ahead nobody wants (a thread's read cannot be cancelled mid-way; its
-    result, or error, is dropped)."""
-    if fut is None:
-        return
-    fut.cancel()
-    with contextlib.suppress(BaseException):
-        await fut

@@ -191,11 +191,16 @@ class S3tcTarget(Target):
 
 class S3fsTarget(Target):
     name = "s3fs"
+    cache_type = ""  # s3fs's default_cache_type ("" = s3fs's own default, readahead)
 
     def options(self) -> dict[str, Any]:
         from tests.support.devcluster import ACCESS_KEY, REGION, SECRET_KEY
-        return {"key": ACCESS_KEY, "secret": SECRET_KEY,
-                "client_kwargs": {"endpoint_url": self.endpoint, "region_name": REGION}}
+        opts: dict[str, Any] = {
+            "key": ACCESS_KEY, "secret": SECRET_KEY,
+            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": REGION}}
+        if self.cache_type:
+            opts["default_cache_type"] = self.cache_type
+        return opts
 
     def writer(self, ckpt: str) -> Any:
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
@@ -326,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch intra-op threads (their spin-waits bill idle CPU to the client "
                    "on a loaded 2-core machine)")
+    p.add_argument("--s3fs-cache", default="",
+                   help="s3fs default_cache_type for the s3fs target (e.g. all, none; default: "
+                   "s3fs's readahead)")
     p.add_argument("--device", default="", help="cpu or cuda (default: cuda when present)")
     p.add_argument("--trace", action="store_true",
                    help="also one traced load per S3 target: the request pattern")
@@ -339,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         say("checkpoint: torch is not installed (pip install -e '.[bench]'); skipped")
         return 0
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    S3fsTarget.cache_type = a.s3fs_cache
     torch.set_num_threads(a.torch_threads)
     names = [n for n in a.targets.split(",") if n]
     if "s3fs" in names and not fsspec_available():

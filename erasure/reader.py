@@ -31,6 +31,25 @@ if TYPE_CHECKING:
     from erasure.cluster import ErasureCluster
 
 log = logging.getLogger(__name__)
+# Seconds a fragment open may take before the next candidate is opened beside it (at most
+# half the node timeout). Node answers take milliseconds to ~0.3 s on a loaded 2-core machine
+# (bench/README.md, Tails); a hung node would otherwise hold the read for the node timeout.
+HEDGE_AFTER = 0.5
+_late: set[asyncio.Future] = set()  # opens abandoned to a stand-in, closed when they end
+
+
+def _close_late(fut: asyncio.Future) -> None:
+    """Close the source an abandoned open yields, whenever it does; drop its error."""
+    async def close() -> None:
+        try:
+            src = await fut
+        except BaseException:  # noqa: BLE001 - the read went on without it
+            return
+        if src is not None:
+            await src.reader.__aexit__(None, None, None)
+    t = asyncio.ensure_future(close())
+    _late.add(t)
+    t.add_done_callback(_late.discard)
 
 
 class _Source:
@@ -89,6 +108,8 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
     whole = offset == 0 and plan.length == layout.length
     crc = 0
     degraded = False
+    hedged = False
+    hedge_after = min(HEDGE_AFTER, cluster.node_timeout / 2)
 
     async def open_one(index: int, node: str, seg: int) -> _Source | None:
         nonlocal degraded
@@ -131,7 +152,11 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
         return out
 
     async def fill(seg: int) -> None:
-        """Open sources until there are k (several at once: the first k in parallel)."""
+        """Open sources until there are k (several at once: the first k in parallel). A node
+        that has not answered after HEDGE_AFTER seconds gets a stand-in: the next candidate
+        is opened beside it and whichever k answer first are read (a hung or slow node costs
+        the read HEDGE_AFTER, not the node timeout); the late ones are closed unread."""
+        nonlocal hedged
         while len(sources) < k:
             batch = next_candidates(k - len(sources))
             if not batch:
@@ -140,12 +165,33 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
                     f"are readable ({'; '.join(f'f{i:02d}: {w}' for i, w in bad.items())})")
             for i, _ in batch:
                 used.add(i)
-            opened = await asyncio.gather(*(open_one(i, nd, seg) for i, nd in batch))
-            for (i, _), src in zip(batch, opened, strict=True):
-                if src is None:
+            opening = {asyncio.ensure_future(open_one(i, nd, seg)): i for i, nd in batch}
+            wait_for: float | None = hedge_after
+            try:
+                while opening and len(sources) < k:
+                    done, _ = await asyncio.wait(opening, timeout=wait_for,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    if not done:  # stragglers: one stand-in each, once
+                        wait_for = None
+                        for i, nd in next_candidates(len(opening)):
+                            used.add(i)
+                            opening[asyncio.ensure_future(open_one(i, nd, seg))] = i
+                            hedged = True
+                        continue
+                    for t in done:
+                        i = opening.pop(t)
+                        src = t.result()
+                        if src is None:
+                            used.discard(i)
+                        elif len(sources) < k:
+                            sources.append(src)
+                        else:  # a stand-in and its straggler both answered at once
+                            used.discard(i)
+                            await src.reader.__aexit__(None, None, None)
+            finally:
+                for t, i in opening.items():  # k answered first: the rest is not needed
                     used.discard(i)
-                else:
-                    sources.append(src)
+                    _close_late(t)
 
     async def drop(src: _Source, why: str, damaged: bool) -> None:
         sources.remove(src)
@@ -206,6 +252,8 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
             await s.reader.__aexit__(None, None, None)
         if degraded or bad:
             cluster.stats["degraded_reads"] += 1
+        if hedged:
+            cluster.stats["hedged_reads"] += 1
         if bad:
             log.warning("part %s: bad fragments %s", layout.part_uid, bad)
             await cluster.note_damage(layout, sorted(bad), "read: " + "; ".join(

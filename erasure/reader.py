@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,23 @@ log = logging.getLogger(__name__)
 # (bench/README.md, Tails); a hung node would otherwise hold the read for the node timeout.
 HEDGE_AFTER = 0.5
 _late: set[asyncio.Future] = set()  # opens abandoned to a stand-in, closed when they end
+# Nodes that needed a stand-in are asked after the others for SLOW_FOR seconds (until the
+# abandoned open's node timeout says whether they are down, later reads would each wait
+# HEDGE_AFTER for them again). Only the order of candidates changes.
+SLOW_FOR = 10.0
+# cluster -> {node id: when it last needed a stand-in}
+_slow: weakref.WeakKeyDictionary[ErasureCluster, dict[str, float]] = weakref.WeakKeyDictionary()
+
+
+def _is_slow(cluster: ErasureCluster, node: str) -> bool:
+    slow = _slow.get(cluster)
+    at = slow.get(node) if slow else None
+    if at is None:
+        return False
+    if time.monotonic() - at > SLOW_FOR:
+        del slow[node]
+        return False
+    return True
 
 
 def _close_late(fut: asyncio.Future) -> None:
@@ -67,12 +85,16 @@ def _home(cluster: ErasureCluster, layout: PartLayout, index: int) -> str | None
     return node
 
 
+def _fast_up(cluster: ErasureCluster, layout: PartLayout, index: int) -> bool:
+    node = _home(cluster, layout, index) or layout.placement.get(index, "")
+    return cluster.is_up(node) and not _is_slow(cluster, node)
+
+
 def _candidates(cluster: ErasureCluster, layout: PartLayout) -> Iterator[tuple[int, str]]:
     n = layout.scheme.n
     missing = set(layout.missing)
     first = [i for i in range(n) if i not in missing]  # data indexes come first: 0..k-1
-    up = [i for i in first if cluster.is_up(_home(cluster, layout, i)
-                                            or layout.placement.get(i, ""))]
+    up = [i for i in first if _fast_up(cluster, layout, i)]
     down = [i for i in first if i not in up]
     for i in up + down + sorted(missing):
         home = _home(cluster, layout, i)
@@ -165,7 +187,7 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
                     f"are readable ({'; '.join(f'f{i:02d}: {w}' for i, w in bad.items())})")
             for i, _ in batch:
                 used.add(i)
-            opening = {asyncio.ensure_future(open_one(i, nd, seg)): i for i, nd in batch}
+            opening = {asyncio.ensure_future(open_one(i, nd, seg)): (i, nd) for i, nd in batch}
             wait_for: float | None = hedge_after
             try:
                 while opening and len(sources) < k:
@@ -173,13 +195,17 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
                                                  return_when=asyncio.FIRST_COMPLETED)
                     if not done:  # stragglers: one stand-in each, once
                         wait_for = None
+                        now = time.monotonic()
+                        slow = _slow.setdefault(cluster, {})
+                        for _, nd in opening.values():
+                            slow[nd] = now
                         for i, nd in next_candidates(len(opening)):
                             used.add(i)
-                            opening[asyncio.ensure_future(open_one(i, nd, seg))] = i
+                            opening[asyncio.ensure_future(open_one(i, nd, seg))] = (i, nd)
                             hedged = True
                         continue
                     for t in done:
-                        i = opening.pop(t)
+                        i, _ = opening.pop(t)
                         src = t.result()
                         if src is None:
                             used.discard(i)
@@ -189,7 +215,7 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
                             used.discard(i)
                             await src.reader.__aexit__(None, None, None)
             finally:
-                for t, i in opening.items():  # k answered first: the rest is not needed
+                for t, (i, _) in opening.items():  # k answered first: the rest is not needed
                     used.discard(i)
                     _close_late(t)
 
@@ -272,7 +298,7 @@ async def _read_direct(cluster: ErasureCluster, codec: Codec, layout: PartLayout
     nodes: dict[int, str] = {}
     for j, _, _ in pieces:
         node = _home(cluster, layout, j) or layout.placement.get(j)
-        if j in missing or node is None or not cluster.is_up(node):
+        if j in missing or node is None or not cluster.is_up(node) or _is_slow(cluster, node):
             return None
         nodes[j] = node
     try:

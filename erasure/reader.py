@@ -7,6 +7,8 @@ them), then the other nodes in the part's rendezvous order (repair may have put 
 handoff node). A source that errors, times out, returns a short body (the node aborts a stream
 whose CRC fails) or a fragment that does not decode is replaced by the next candidate from the
 current segment on: a degraded read. Missing and corrupt fragments go into the repair queue.
+A source that has not answered its open after HEDGE_AFTER gets a stand-in opened beside it
+(the first k to answer are read): a hung node costs a read HEDGE_AFTER, not the node timeout.
 
 Small ranges (within one or two data fragments) of a systematic code are served verbatim from
 those fragments' nodes without decoding, falling back to the path above on any trouble.

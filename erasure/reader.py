@@ -7,6 +7,8 @@ them), then the other nodes in the part's rendezvous order (repair may have put 
 handoff node). A source that errors, times out, returns a short body (the node aborts a stream
 whose CRC fails) or a fragment that does not decode is replaced by the next candidate from the
 current segment on: a degraded read. Missing and corrupt fragments go into the repair queue.
+A source that has not answered its open after HEDGE_AFTER gets a stand-in opened beside it
+(the first k to answer are read): a hung node costs a read HEDGE_AFTER, not the node timeout.
 
 Small ranges (within one or two data fragments) of a systematic code are served verbatim from
 those fragments' nodes without decoding, falling back to the path above on any trouble.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
@@ -31,6 +34,42 @@ if TYPE_CHECKING:
     from erasure.cluster import ErasureCluster
 
 log = logging.getLogger(__name__)
+# Seconds a fragment open may take before the next candidate is opened beside it (at most
+# half the node timeout). Node answers take milliseconds to ~0.3 s on a loaded 2-core machine
+# (bench/README.md, Tails); a hung node would otherwise hold the read for the node timeout.
+HEDGE_AFTER = 0.5
+_late: set[asyncio.Future] = set()  # opens abandoned to a stand-in, closed when they end
+# Nodes that needed a stand-in are asked after the others for SLOW_FOR seconds (until the
+# abandoned open's node timeout says whether they are down, later reads would each wait
+# HEDGE_AFTER for them again). Only the order of candidates changes.
+SLOW_FOR = 10.0
+# cluster -> {node id: when it last needed a stand-in}
+_slow: weakref.WeakKeyDictionary[ErasureCluster, dict[str, float]] = weakref.WeakKeyDictionary()
+
+
+def _is_slow(cluster: ErasureCluster, node: str) -> bool:
+    slow = _slow.get(cluster)
+    at = slow.get(node) if slow else None
+    if at is None:
+        return False
+    if time.monotonic() - at > SLOW_FOR:
+        del slow[node]
+        return False
+    return True
+
+
+def _close_late(fut: asyncio.Future) -> None:
+    """Close the source an abandoned open yields, whenever it does; drop its error."""
+    async def close() -> None:
+        try:
+            src = await fut
+        except BaseException:  # noqa: BLE001 - the read went on without it
+            return
+        if src is not None:
+            await src.reader.__aexit__(None, None, None)
+    t = asyncio.ensure_future(close())
+    _late.add(t)
+    t.add_done_callback(_late.discard)
 
 
 class _Source:
@@ -48,12 +87,16 @@ def _home(cluster: ErasureCluster, layout: PartLayout, index: int) -> str | None
     return node
 
 
+def _fast_up(cluster: ErasureCluster, layout: PartLayout, index: int) -> bool:
+    node = _home(cluster, layout, index) or layout.placement.get(index, "")
+    return cluster.is_up(node) and not _is_slow(cluster, node)
+
+
 def _candidates(cluster: ErasureCluster, layout: PartLayout) -> Iterator[tuple[int, str]]:
     n = layout.scheme.n
     missing = set(layout.missing)
     first = [i for i in range(n) if i not in missing]  # data indexes come first: 0..k-1
-    up = [i for i in first if cluster.is_up(_home(cluster, layout, i)
-                                            or layout.placement.get(i, ""))]
+    up = [i for i in first if _fast_up(cluster, layout, i)]
     down = [i for i in first if i not in up]
     for i in up + down + sorted(missing):
         home = _home(cluster, layout, i)
@@ -89,6 +132,8 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
     whole = offset == 0 and plan.length == layout.length
     crc = 0
     degraded = False
+    hedged = False
+    hedge_after = min(HEDGE_AFTER, cluster.node_timeout / 2)
 
     async def open_one(index: int, node: str, seg: int) -> _Source | None:
         nonlocal degraded
@@ -131,7 +176,11 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
         return out
 
     async def fill(seg: int) -> None:
-        """Open sources until there are k (several at once: the first k in parallel)."""
+        """Open sources until there are k (several at once: the first k in parallel). A node
+        that has not answered after HEDGE_AFTER seconds gets a stand-in: the next candidate
+        is opened beside it and whichever k answer first are read (a hung or slow node costs
+        the read HEDGE_AFTER, not the node timeout); the late ones are closed unread."""
+        nonlocal hedged
         while len(sources) < k:
             batch = next_candidates(k - len(sources))
             if not batch:
@@ -140,12 +189,37 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
                     f"are readable ({'; '.join(f'f{i:02d}: {w}' for i, w in bad.items())})")
             for i, _ in batch:
                 used.add(i)
-            opened = await asyncio.gather(*(open_one(i, nd, seg) for i, nd in batch))
-            for (i, _), src in zip(batch, opened, strict=True):
-                if src is None:
+            opening = {asyncio.ensure_future(open_one(i, nd, seg)): (i, nd) for i, nd in batch}
+            wait_for: float | None = hedge_after
+            try:
+                while opening and len(sources) < k:
+                    done, _ = await asyncio.wait(opening, timeout=wait_for,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    if not done:  # stragglers: one stand-in each, once
+                        wait_for = None
+                        now = time.monotonic()
+                        slow = _slow.setdefault(cluster, {})
+                        for _, nd in opening.values():
+                            slow[nd] = now
+                        for i, nd in next_candidates(len(opening)):
+                            used.add(i)
+                            opening[asyncio.ensure_future(open_one(i, nd, seg))] = (i, nd)
+                            hedged = True
+                        continue
+                    for t in done:
+                        i, _ = opening.pop(t)
+                        src = t.result()
+                        if src is None:
+                            used.discard(i)
+                        elif len(sources) < k:
+                            sources.append(src)
+                        else:  # a stand-in and its straggler both answered at once
+                            used.discard(i)
+                            await src.reader.__aexit__(None, None, None)
+            finally:
+                for t, (i, _) in opening.items():  # k answered first: the rest is not needed
                     used.discard(i)
-                else:
-                    sources.append(src)
+                    _close_late(t)
 
     async def drop(src: _Source, why: str, damaged: bool) -> None:
         sources.remove(src)
@@ -206,6 +280,8 @@ async def read_part(cluster: ErasureCluster, layout: PartLayout, offset: int = 0
             await s.reader.__aexit__(None, None, None)
         if degraded or bad:
             cluster.stats["degraded_reads"] += 1
+        if hedged:
+            cluster.stats["hedged_reads"] += 1
         if bad:
             log.warning("part %s: bad fragments %s", layout.part_uid, bad)
             await cluster.note_damage(layout, sorted(bad), "read: " + "; ".join(
@@ -224,7 +300,7 @@ async def _read_direct(cluster: ErasureCluster, codec: Codec, layout: PartLayout
     nodes: dict[int, str] = {}
     for j, _, _ in pieces:
         node = _home(cluster, layout, j) or layout.placement.get(j)
-        if j in missing or node is None or not cluster.is_up(node):
+        if j in missing or node is None or not cluster.is_up(node) or _is_slow(cluster, node):
             return None
         nodes[j] = node
     try:

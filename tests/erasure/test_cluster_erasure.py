@@ -363,7 +363,18 @@ async def test_stalled_node_times_out_and_reads_and_writes_go_on(
         os.kill(nodes.pid(i), signal.SIGSTOP)  # alive but silent: only a timeout notices
         try:
             assert await read_all(cluster, layout) == data(size, 41)
+            # a stand-in fragment was opened after HEDGE_AFTER: the read did not wait for the
+            # node timeout (2 s here, 30 s by default)
             assert cluster.stats["degraded_reads"] == 1
+            assert cluster.stats["hedged_reads"] == 1
+            # the next read asks the other nodes first: no second wait for the stalled one
+            assert await read_all(cluster, layout) == data(size, 41)
+            assert cluster.stats["hedged_reads"] == 1
+            # the abandoned open still times out in the background and marks the node down
+            for _ in range(100):
+                if not cluster.is_up(nodes.ids[i]):
+                    break
+                await asyncio.sleep(0.1)
             assert not cluster.is_up(nodes.ids[i])
             # the writer skips the node known down now
             layout2 = await put(cluster, "stall002.p1", size, 42)

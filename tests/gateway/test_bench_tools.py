@@ -1,0 +1,124 @@
+"""The checkpoint and tails benchmarks' tools: the tracing proxy relays requests unchanged and
+records what a client sent, histogram quantiles between two scrapes count only what happened
+between them, /proc CPU clocks count a busy process. A broken tool here, not a wrong table in
+a half-hour benchmark run."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+from bench.procstat import RoleClock, cpu_seconds
+from bench.promhist import quantiles, scrape
+from bench.reqtrace import TraceProxy, summarize
+
+BODY = hashlib.shake_256(b"trace").digest(3 * 1024 * 1024 + 17)
+REGISTRY = CollectorRegistry()
+TTFB = Histogram("zonegate_gateway_time_to_first_byte_seconds", "t", ["operation"],
+                 buckets=(0.01, 0.1, 1.0, 10.0), registry=REGISTRY)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(BODY)))
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        if self.path == "/metrics":
+            body = generate_latest(REGISTRY)
+        elif self.path == "/chunked":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for piece in (b"abc", b"defgh"):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        else:
+            a, b = self.headers["Range"].split("=")[1].split("-")
+            body = BODY[int(a):int(b) + 1]
+        self.send_response(206 if self.path != "/metrics" else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def server() -> Iterator[int]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+def get(url: str, method: str = "GET", rng: str | None = None) -> bytes:
+    req = urllib.request.Request(url, method=method, headers={"Range": rng} if rng else {})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(req, timeout=30) as r:
+        return r.read()
+
+
+def test_proxy_relays_bytes_and_records_each_request(server: int) -> None:
+    mib = 1024 * 1024
+    with TraceProxy(server) as proxy:
+        for i in range(3):
+            assert get(proxy.endpoint + "/o", rng=f"bytes={i * mib}-{(i + 1) * mib - 1}") \
+                == BODY[i * mib:(i + 1) * mib]
+        assert get(proxy.endpoint + "/o", rng="bytes=5-9") == BODY[5:10]
+        assert get(proxy.endpoint + "/o", "HEAD") == b""
+        assert get(proxy.endpoint + "/chunked") == b"abcdefgh"
+    calls = sorted(proxy.calls, key=lambda c: c.start)
+    assert [(c.method, c.range, c.status, c.body) for c in calls] == [
+        ("GET", "bytes=0-1048575", 206, mib), ("GET", "bytes=1048576-2097151", 206, mib),
+        ("GET", "bytes=2097152-3145727", 206, mib), ("GET", "bytes=5-9", 206, 5),
+        ("HEAD", "", 200, 0), ("GET", "", 200, 8)]
+    s = summarize(calls)
+    assert s["by_method"] == {"GET": 5, "HEAD": 1}
+    assert (s["gets"], s["ranged_gets"], s["get_size_max"]) == (5, 4, mib)
+    assert s["max_concurrent"] == 1  # one after the other
+    assert s["gets_8mib_aligned"] == 1  # bytes=0-...
+
+
+def test_quantiles_count_only_what_happened_between_scrapes(server: int) -> None:
+    endpoint = f"http://127.0.0.1:{server}"
+    for _ in range(50):
+        TTFB.labels("GetObject").observe(5.0)  # before: must not count
+    a = scrape(endpoint)
+    for _ in range(99):
+        TTFB.labels("GetObject").observe(0.05)
+    TTFB.labels("GetObject").observe(5.0)
+    TTFB.labels("UploadPart").observe(0.5)
+    b = scrape(endpoint)
+    q = quantiles(a, b, "zonegate_gateway_time_to_first_byte_seconds", "GetObject")
+    assert q["count"] == 100
+    assert 0.01 < q["p50"] <= 0.1  # in the (0.01, 0.1] bucket
+    assert 0.01 < q["p99"] <= 0.1  # the 99th of 100 is still a fast one
+    up = quantiles(a, b, "zonegate_gateway_time_to_first_byte_seconds", "UploadPart")
+    assert up["count"] == 1 and 0.1 < up["p50"] <= 1.0
+
+
+def test_role_clock_counts_the_cpu_a_process_spends() -> None:
+    clock = RoleClock([])
+    before = clock.sample()["client"]
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.3:
+        hashlib.sha256(os.urandom(1 << 16)).digest()
+    spent = clock.sample()["client"] - before
+    assert spent >= 0.2
+    assert cpu_seconds(2 ** 22 + 12345) is None  # no such process

@@ -124,8 +124,8 @@ class HostNodes(NodeCluster):
         for i, node in enumerate(self.nodes):
             node.netns, node.host, node.port = hosts.ns(f"n{i}"), hosts.addr(f"n{i}"), NODE_PORT
 
-    def _ready(self, node: NodeProcess) -> bool:  # type: ignore[override]
-        return self.net.call("client", lambda: NodeCluster._ready(self, node))
+    def _ready(self, node: NodeProcess, statuses: tuple[str, ...] = ("ready",)) -> bool:
+        return self.net.call("client", lambda: NodeCluster._ready(self, node, statuses))
 
 
 class HostPg(PgServer):

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from erasure import cli as erasure_cli
+from gateway.cli.runner import run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,13 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command != "node":
         parser.error("only `node` runs here; use `zonegate`")
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return 130
-    except (OSError, ValueError) as e:
-        print(f"zonegate: error: {e}", file=sys.stderr)
-        return 1
+    return run(args)
 
 
 if __name__ == "__main__":

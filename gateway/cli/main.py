@@ -13,6 +13,7 @@ from gateway.cli import layout as gateway_layout
 from gateway.cli import rebalance as gateway_rebalance
 from gateway.cli import status as gateway_status
 from gateway.cli import users as gateway_users
+from gateway.cli.runner import run
 from gateway.metadata import cli as gateway_metadata
 from gateway.server import serve as gateway_serve
 from gateway.store import bucketmarkers as gateway_bucketmarkers
@@ -83,13 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         resolve_config(args)
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return 130
     except (OSError, ValueError) as e:
-        # Bad input or environment: one line, no stack trace.
         print(f"zonegate: error: {e}", file=sys.stderr)
         return 1
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from gateway.s3.errors import S3Error
+from gateway.store.storage import aclose_quietly, prepend
 
 log = logging.getLogger("zonegate.encryption")
 
@@ -232,7 +233,6 @@ async def read_plain(storage: Any, parts: list[dict[str, Any]], data_key: bytes,
         async for chunk in unseal(stored, rp, offset, length):
             yield chunk
     finally:
-        from gateway.store.storage import aclose_quietly
         await aclose_quietly(stored)
 
 
@@ -241,7 +241,6 @@ async def open_plain(storage: Any, parts: list[dict[str, Any]], data_key: bytes,
     """`read_plain` with its first chunk fetched now (Storage.open_read's counterpart): data
     that cannot be read or opened is an error response, not a 200 that breaks off."""
     from erasure.errors import ErasureError
-    from gateway.store.storage import aclose_quietly
     it = read_plain(storage, parts, data_key, offset, length)
     try:
         first = await anext(it)
@@ -256,13 +255,4 @@ async def open_plain(storage: Any, parts: list[dict[str, Any]], data_key: bytes,
         raise S3Error("InternalError", "The object's stored data could not be decrypted.") \
             from None
 
-    async def rest() -> AsyncIterator[bytes]:
-        try:
-            if first:
-                yield first
-            async for chunk in it:
-                yield chunk
-        finally:
-            await aclose_quietly(it)
-
-    return rest()
+    return prepend(first, it)

@@ -256,16 +256,7 @@ class Storage:
             raise S3Error("ServiceUnavailable", "Not enough storage nodes answered to read "
                           "this object. Please retry.") from None
 
-        async def rest() -> AsyncIterator[bytes]:
-            try:
-                if first:
-                    yield first
-                async for chunk in it:
-                    yield chunk
-            finally:
-                await aclose_quietly(it)
-
-        return rest()
+        return prepend(first, it)
 
     async def delete(self, layout: dict[str, Any]) -> None:
         # A write never committed (a pending mark), or a committed part's layout: either way
@@ -323,3 +314,15 @@ class Storage:
 async def aclose_quietly(it: Any) -> None:
     with contextlib.suppress(Exception):
         await it.aclose()
+
+
+async def prepend(first: bytes, it: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`first` (a chunk already taken to see that the read starts), then the rest of `it`,
+    which is closed however the consumer stops."""
+    try:
+        if first:
+            yield first
+        async for chunk in it:
+            yield chunk
+    finally:
+        await aclose_quietly(it)

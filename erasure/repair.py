@@ -393,7 +393,11 @@ async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = Fals
             on_done(d.part.part_uid, written)
     if not dry_run:
         before = cluster.stats["fragments_moved_home"]
-        for uid in sorted(set(report.misplaced) | set(cluster.handoffs.parts())):
+        # With a layout store, placement is the data mover's (erasure/mover.py): a whole part
+        # off its rendezvous home may be where a rebalance put it, so only the handoffs a
+        # write or rebuild recorded go home here (issue 25: a repair undid the weighting).
+        misplaced = report.misplaced if cluster.layout_store is None else []
+        for uid in sorted(set(misplaced) | set(cluster.handoffs.parts())):
             if uid.startswith(prefix) and await rehome_part(cluster, uid) == 0:
                 cluster.handoffs.done(uid)
         report.moved = cluster.stats["fragments_moved_home"] - before

@@ -133,6 +133,10 @@ def test_a_new_node_is_rebalanced_to_within_5_percent(tmp_path: Path) -> None:
         for k, v in blobs.items():
             assert s3.get_object(Bucket="bkt", Key=k)["Body"].read() == v, k
         audit_clean(g)
+        # a full repair leaves the rebalanced fragments where the mover put them
+        r = zg(g, "repair")
+        assert " 0 fragments moved home" in " ".join(r.stdout.split()), r.stdout
+        assert fill(g)[1] == per
         plan = json.loads(zg(g, "rebalance", "--dry-run", "--json").stdout)
         assert plan["fragments"] == 0 and plan["stuck"] == 0
         text = zg(g, "status").stdout

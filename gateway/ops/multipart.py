@@ -58,7 +58,7 @@ from gateway.ops.objects import (
 from gateway.ops.tagging import split_upload_tags, upload_headers_with_tags
 from gateway.s3 import checksums, sse
 from gateway.s3.errors import S3Error
-from gateway.s3.numbers import INT32_MAX, parse_uint
+from gateway.s3.numbers import INT32_MAX, INT64_MAX, parse_uint, uint_arg
 from gateway.store.storage import MANIFEST_PART, CopyBody, new_version, part_uid
 from gateway.store.streamhints import stream_hint
 
@@ -301,6 +301,11 @@ async def complete_upload(req: S3Request) -> Response:
             raise S3Error("EntityTooSmall", ProposedSize=str(p.size),
                           MinSizeAllowed=str(MIN_PART_SIZE), PartNumber=str(n), ETag=etag)
         parts.append(p)
+    expected = req.headers.get("x-amz-mp-object-size")
+    if expected is not None and uint_arg(expected.strip(), "x-amz-mp-object-size",
+                                         hi=INT64_MAX) != sum(p.size for p in parts):
+        raise S3Error("InvalidRequest", "The provided 'x-amz-mp-object-size' header value does "
+                      "not match the total size of the parts.")
     md5s = [bytes.fromhex(p.etag) for p in parts]
     etag = hashlib.md5(b"".join(md5s)).hexdigest() + f"-{len(parts)}"
     checksum: dict[str, str] = {}

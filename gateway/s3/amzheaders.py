@@ -24,6 +24,9 @@ from collections.abc import Mapping
 from gateway.s3.errors import S3Error
 
 HONOURED = frozenset({
+    # CompleteMultipartUpload: the object's expected size, checked against its parts (the CRT
+    # clients, boto3's and s3torchconnector's, send it)
+    "x-amz-mp-object-size",
     "x-amz-acl", "x-amz-tagging", "x-amz-tagging-directive", "x-amz-metadata-directive",
     "x-amz-copy-source", "x-amz-copy-source-range",
     "x-amz-storage-class", "x-amz-object-ownership", "x-amz-bucket-object-lock-enabled",
@@ -51,7 +54,6 @@ REFUSED = {
     "x-amz-if-match-size": "Conditional deletes by size are not supported.",
     "x-amz-if-match-last-modified-time": "Conditional deletes by time are not supported.",
     "x-amz-if-match-initiated-time": "Conditional aborts by time are not supported.",
-    "x-amz-mp-object-size": "A multipart upload's expected size is not supported.",
     "x-amz-rename-source": "RenameObject is not supported.",
 }
 SSE_HEADERS = frozenset({

@@ -290,6 +290,23 @@ def attributes(c: Ctx) -> None:
     assert r[0] == 200 and b"<ObjectSize>5</ObjectSize>" in r[2]
 
 
+def mp_object_size(c: Ctx) -> None:
+    # CompleteMultipartUpload checks the object's expected size against its parts
+    def complete(size: str) -> tuple[int, dict[str, str], bytes]:
+        up = c.s3.create_multipart_upload(Bucket="hon", Key=c.key)["UploadId"]
+        etag = c.s3.upload_part(Bucket="hon", Key=c.key, UploadId=up, PartNumber=1,
+                                Body=b"12345")["ETag"]
+        body = (f"<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{etag}</ETag>"
+                f"</Part></CompleteMultipartUpload>").encode()
+        return signed_request(c.gw, "POST", f"/hon/{c.key}", query=f"uploadId={up}",
+                              body=body, headers={"x-amz-mp-object-size": size})
+    for bad in ("6", "x"):
+        r = complete(bad)
+        assert r[0] == 400 and not c.stored(), r
+    _ok(complete("5"))
+    assert c.s3.get_object(Bucket="hon", Key=c.key)["Body"].read() == b"12345"
+
+
 def harmless(c: Ctx, name: str) -> None:
     value = {"x-amz-date": None, "x-amz-mfa": "123456 654321",
              "x-amz-request-payer": "requester"}.get(name, "x")
@@ -390,6 +407,7 @@ HEADERS = [
     Row("x-amz-decoded-content-length", chunked_trailer),
     Row("x-amz-object-attributes", attributes), Row("x-amz-max-parts", attributes),
     Row("x-amz-part-number-marker", attributes),
+    Row("x-amz-mp-object-size", mp_object_size),
     *[Row(h, harmless, True) for h in sorted(amzheaders.HARMLESS)],
     *[Row(h, refused, True) for h in sorted(amzheaders.REFUSED)],
     # server-side encryption (gateway/s3/sse.py)

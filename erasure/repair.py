@@ -434,12 +434,17 @@ async def heal(cluster: ErasureCluster, layout: PartLayout, indexes: list[int]) 
     now = [p for p in await cluster.scan(layout.part_uid + ".") if p.part_uid == layout.part_uid]
     if now:
         part = now[0]
-        present = [i for i in indexes if i in part.fragments]
-        indexes = [i for i in indexes if i not in part.fragments]
+        # found now (moved home meanwhile) and readable: nothing to rebuild; found but bad (a
+        # scrubber's finding): rebuilt, and never read as a source
+        present = [i for i in indexes if i in part.fragments
+                   and await _verify(cluster, part, i, part.fragments[i][0])]
+        indexes = [i for i in indexes if i not in present]
         if not indexes:
             await cluster.repair_queue.resolve(layout.part_uid, present)
             return {}
         layout = part.layout()
+        part = dataclasses.replace(part, fragments={
+            i: ns for i, ns in part.fragments.items() if i not in indexes})
     d = Damage(part, sorted(set(indexes)), {i: "heal" for i in indexes}, layout)
     written = await _rebuild_all(cluster, d)
     await cluster.repair_queue.resolve(layout.part_uid, list(written))

@@ -71,9 +71,10 @@ def b64(raw: bytes) -> str:
 def test_dev_prints_how_to_connect(cluster):
     out = cluster.output()
     assert f"endpoint:    {cluster.endpoint}" in out
+    assert f"export AWS_ENDPOINT_URL={cluster.endpoint}" in out
     if cluster.tls:
         assert f"trust CA:    {cluster.ca}" in out
-        assert f"--ca-bundle {cluster.ca}" in out
+        assert f"export AWS_CA_BUNDLE={cluster.ca}" in out   # what the aws cli and boto3 read
 
 
 # ------------------------------------------------------------------------------- buckets

@@ -55,7 +55,7 @@ from starlette.requests import Request
 
 from gateway.s3.addressing import parse_query, parse_target
 from gateway.s3.errors import S3Error
-from gateway.server.routes import route
+from gateway.server.routes import OPERATION_NAMES, UNKNOWN_OPERATION, route
 
 log = logging.getLogger("zonegate.metrics")
 BACKLOG_TIMEOUT = 2.0  # seconds a scrape waits for the repair queue's size
@@ -68,76 +68,6 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# Handler function name (gateway.server.app.route) -> S3 operation name (AWS's, as in its API
-# reference). Every handler route() can return needs one: tests/gateway/test_operation_names.py
-# walks the routes and fails on a handler missing here.
-OPERATION_NAMES = {
-    "get_object_attributes": "GetObjectAttributes",
-    "put_bucket_encryption": "PutBucketEncryption",
-    "get_bucket_encryption": "GetBucketEncryption",
-    "delete_bucket_encryption": "DeleteBucketEncryption",
-    "put_lock_config": "PutObjectLockConfiguration",
-    "get_lock_config": "GetObjectLockConfiguration",
-    "put_retention": "PutObjectRetention",
-    "get_retention": "GetObjectRetention",
-    "put_legal_hold": "PutObjectLegalHold",
-    "get_legal_hold": "GetObjectLegalHold",
-    "post_object": "PostObject",
-    "list_buckets": "ListBuckets",
-    "create_bucket": "CreateBucket",
-    "head_bucket": "HeadBucket",
-    "delete_bucket": "DeleteBucket",
-    "get_location": "GetBucketLocation",
-    "get_versioning": "GetBucketVersioning",
-    "put_versioning": "PutBucketVersioning",
-    "list_uploads": "ListMultipartUploads",
-    "list_versions": "ListObjectVersions",
-    "list_objects": "ListObjects",
-    "list_objects_v2": "ListObjectsV2",
-    "delete_objects": "DeleteObjects",
-    "get_object": "GetObject",
-    "head_object": "HeadObject",
-    "put_object": "PutObject",
-    "delete_object": "DeleteObject",
-    "copy_object": "CopyObject",
-    "create_upload": "CreateMultipartUpload",
-    "upload_part": "UploadPart",
-    "upload_part_copy": "UploadPartCopy",
-    "complete_upload": "CompleteMultipartUpload",
-    "list_parts": "ListParts",
-    "abort_upload": "AbortMultipartUpload",
-    # CORS (gateway/ops/cors.py)
-    "put_bucket_cors": "PutBucketCors",
-    "get_bucket_cors": "GetBucketCors",
-    "delete_bucket_cors": "DeleteBucketCors",
-    "preflight": "PreflightRequest",
-    # tagging and lifecycle (gateway/ops/tagging.py, gateway/ops/lifecycle.py)
-    "put_bucket_tagging": "PutBucketTagging",
-    "get_bucket_tagging": "GetBucketTagging",
-    "delete_bucket_tagging": "DeleteBucketTagging",
-    "put_object_tagging": "PutObjectTagging",
-    "get_object_tagging": "GetObjectTagging",
-    "delete_object_tagging": "DeleteObjectTagging",
-    "put_bucket_lifecycle": "PutBucketLifecycleConfiguration",
-    "get_bucket_lifecycle": "GetBucketLifecycleConfiguration",
-    "delete_bucket_lifecycle": "DeleteBucketLifecycle",
-    # ACLs, policies, ownership, public access block (gateway/ops/acl_ops.py, policy_ops.py)
-    "get_bucket_acl": "GetBucketAcl",
-    "put_bucket_acl": "PutBucketAcl",
-    "get_object_acl": "GetObjectAcl",
-    "put_object_acl": "PutObjectAcl",
-    "get_policy": "GetBucketPolicy",
-    "put_policy": "PutBucketPolicy",
-    "delete_policy": "DeleteBucketPolicy",
-    "get_policy_status": "GetBucketPolicyStatus",
-    "get_ownership": "GetBucketOwnershipControls",
-    "put_ownership": "PutBucketOwnershipControls",
-    "delete_ownership": "DeleteBucketOwnershipControls",
-    "get_pab": "GetPublicAccessBlock",
-    "put_pab": "PutPublicAccessBlock",
-    "delete_pab": "DeletePublicAccessBlock",
-}
-UNKNOWN_OPERATION = "Unknown"  # no S3 operation matches (the app answers with an error)
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                    30.0, 60.0, 120.0, 300.0)

@@ -30,6 +30,77 @@ from gateway.s3.errors import S3Error
 
 Handler = Callable[[S3Request], Awaitable[Response]]
 
+# Handler function name (`route` below) -> S3 operation name (AWS's, as in its API
+# reference). Every handler route() can return needs one: tests/gateway/test_operation_names.py
+# walks the routes and fails on a handler missing here.
+OPERATION_NAMES = {
+    "get_object_attributes": "GetObjectAttributes",
+    "put_bucket_encryption": "PutBucketEncryption",
+    "get_bucket_encryption": "GetBucketEncryption",
+    "delete_bucket_encryption": "DeleteBucketEncryption",
+    "put_lock_config": "PutObjectLockConfiguration",
+    "get_lock_config": "GetObjectLockConfiguration",
+    "put_retention": "PutObjectRetention",
+    "get_retention": "GetObjectRetention",
+    "put_legal_hold": "PutObjectLegalHold",
+    "get_legal_hold": "GetObjectLegalHold",
+    "post_object": "PostObject",
+    "list_buckets": "ListBuckets",
+    "create_bucket": "CreateBucket",
+    "head_bucket": "HeadBucket",
+    "delete_bucket": "DeleteBucket",
+    "get_location": "GetBucketLocation",
+    "get_versioning": "GetBucketVersioning",
+    "put_versioning": "PutBucketVersioning",
+    "list_uploads": "ListMultipartUploads",
+    "list_versions": "ListObjectVersions",
+    "list_objects": "ListObjects",
+    "list_objects_v2": "ListObjectsV2",
+    "delete_objects": "DeleteObjects",
+    "get_object": "GetObject",
+    "head_object": "HeadObject",
+    "put_object": "PutObject",
+    "delete_object": "DeleteObject",
+    "copy_object": "CopyObject",
+    "create_upload": "CreateMultipartUpload",
+    "upload_part": "UploadPart",
+    "upload_part_copy": "UploadPartCopy",
+    "complete_upload": "CompleteMultipartUpload",
+    "list_parts": "ListParts",
+    "abort_upload": "AbortMultipartUpload",
+    # CORS (gateway/ops/cors.py)
+    "put_bucket_cors": "PutBucketCors",
+    "get_bucket_cors": "GetBucketCors",
+    "delete_bucket_cors": "DeleteBucketCors",
+    "preflight": "PreflightRequest",
+    # tagging and lifecycle (gateway/ops/tagging.py, gateway/ops/lifecycle.py)
+    "put_bucket_tagging": "PutBucketTagging",
+    "get_bucket_tagging": "GetBucketTagging",
+    "delete_bucket_tagging": "DeleteBucketTagging",
+    "put_object_tagging": "PutObjectTagging",
+    "get_object_tagging": "GetObjectTagging",
+    "delete_object_tagging": "DeleteObjectTagging",
+    "put_bucket_lifecycle": "PutBucketLifecycleConfiguration",
+    "get_bucket_lifecycle": "GetBucketLifecycleConfiguration",
+    "delete_bucket_lifecycle": "DeleteBucketLifecycle",
+    # ACLs, policies, ownership, public access block (gateway/ops/acl_ops.py, policy_ops.py)
+    "get_bucket_acl": "GetBucketAcl",
+    "put_bucket_acl": "PutBucketAcl",
+    "get_object_acl": "GetObjectAcl",
+    "put_object_acl": "PutObjectAcl",
+    "get_policy": "GetBucketPolicy",
+    "put_policy": "PutBucketPolicy",
+    "delete_policy": "DeleteBucketPolicy",
+    "get_policy_status": "GetBucketPolicyStatus",
+    "get_ownership": "GetBucketOwnershipControls",
+    "put_ownership": "PutBucketOwnershipControls",
+    "delete_ownership": "DeleteBucketOwnershipControls",
+    "get_pab": "GetPublicAccessBlock",
+    "put_pab": "PutPublicAccessBlock",
+    "delete_pab": "DeletePublicAccessBlock",
+}
+UNKNOWN_OPERATION = "Unknown"  # no S3 operation matches (the app answers with an error)
+
 # Query parameters that name an S3 subresource; any we do not handle is NotImplemented.
 SUBRESOURCES = {
     "accelerate", "acl", "analytics", "attributes", "cors", "delete", "encryption",

@@ -1,6 +1,6 @@
 """Every S3 operation the app routes has its own name in the metrics and the console: a walk
 over every method x addressing (service, bucket, object) x subresource x copy header asks
-`route()` for its handler, and each handler must be named in metrics.OPERATION_NAMES (a new
+`route()` for its handler, and each handler must be named in routes.OPERATION_NAMES (a new
 route without a name fails here, rather than being counted as `Unknown`)."""
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -24,6 +23,7 @@ import pytest
 
 from erasure.layout import parse_archive_id
 from tests.support.gwcluster import Gateway, archive_ids, wait_for
+from tests.support.tmpfs import tmpfs
 from zonestore.emulated import Geometry, create_emulated_drive
 
 pytestmark = [pytest.mark.timeout(400)]
@@ -31,21 +31,6 @@ VICTIM = 2
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 MiB = 1 << 20
 GEOMETRY = Geometry(nr_zones=8, zone_size=32 * MiB, zone_capacity=32 * MiB)  # 256 MiB sparse
-
-
-@contextlib.contextmanager
-def tmpfs(mnt: Path, size: str) -> Iterator[Path]:
-    mnt.mkdir(parents=True)
-    if os.geteuid() != 0:
-        pytest.skip("needs root (mount -t tmpfs)")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def fill(mnt: Path, leave: int) -> Path:

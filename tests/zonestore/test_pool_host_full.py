@@ -10,30 +10,14 @@ import contextlib
 import errno
 import os
 import sqlite3
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.tmpfs import tmpfs
 from tests.support.zonelog_helpers import KiB, agen, make_drive, open_log, payload, read_all
 from zonestore.hostspace import ROOM_AGAIN, HostFull, is_out_of_space
 from zonestore.pool import DrivePool
-
-
-@contextlib.contextmanager
-def tmpfs(mnt: Path, size: str) -> Iterator[Path]:
-    mnt.mkdir(parents=True)
-    if os.geteuid() != 0:
-        pytest.skip("needs root (mount -t tmpfs)")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def fill(mnt: Path) -> Path:

@@ -169,11 +169,13 @@ class ZoneAllocator:
         """A zone for a new writer. Puts leave `gc_reserve_zones` empty zones; reclaim
         (whose zone takes the tombstones of deletes too) may take the last one: freeing
         space never needs space that puts could have taken."""
-        if self._spares:
+        keep = self._put_keep() if kind == "put" else 0
+        # A partly written zone left from before a restart counts towards the reserve: it
+        # may be reclaim's zone of a pass that a crash cut short, the last room on the drive.
+        if self._spares and len(self._empty) + len(self._spares) > keep:
             z = min(self._spares, key=lambda i: self._written[i])
             self._spares.discard(z)
             return z
-        keep = self._put_keep() if kind == "put" else 0
         if len(self._empty) <= keep:
             if kind == "put":
                 self.reclaim_wanted.set()
@@ -246,6 +248,8 @@ class ZoneAllocator:
             if w is not None:
                 return w
             # No zone: make room outside the allocation lock (reclaim's own writer needs it).
+            if gc and await self._free_dead_zones():
+                continue  # resetting a dead zone needs no room
             if gc:  # reclaim never waits for itself
                 raise NoSpace(f"{self.device.info.path}: no free zone left for reclaim")
             if not deadline:
@@ -386,6 +390,14 @@ class ZoneAllocator:
                 continue
             w.users += 1
             cur.w = w
+
+    def gc_room(self) -> int:
+        """Bytes reclaim could still write: its open zone's rest, the partly written spares
+        and the empty zones."""
+        w = self._classes.get(GC_CLASS)
+        room = w.remaining if self._usable(w, 1) else 0
+        room += sum(self.zone_capacity - self._written[z] for z in self._spares)
+        return room + len(self._empty) * self.zone_capacity
 
     @property
     def full_zones(self) -> set[int]:

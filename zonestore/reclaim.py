@@ -224,6 +224,11 @@ async def make_room(log: ZoneLog, want: int = 0) -> str:
 async def _evacuate_one(log: ZoneLog, z: int, lim: _Limiter, res: ReclaimResult) -> bool:
     if log._closed or z not in log.full_zones or z in log._reclaiming or log.pinned.get(z):
         return False  # reset meanwhile (and maybe reused) by a put that needed space
+    live = max(0, log.index.live.get(z, 0))
+    if live and log.gc_room() < live + live // 16 + 16 * 1024:
+        # Copies cut short by a full drive would leave no room at all, not even for the
+        # tombstones of deletes: take only a zone whose live bytes fit (headers, padding).
+        return False
     log._reclaiming.add(z)
     try:
         before = res.records_copied + res.tombstones_copied

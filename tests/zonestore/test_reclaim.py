@@ -9,7 +9,7 @@ import random
 import pytest
 
 from tests.support.zonelog_helpers import KiB, make_drive, open_device, open_log, payload, read_all
-from zonestore.errors import RecordNotFound
+from zonestore.errors import NoSpace, RecordNotFound
 from zonestore.fsck import fsck
 
 
@@ -228,3 +228,35 @@ async def test_reclaim_keeps_at_most_one_open_zone_of_its_own(tmp_path):
         most = max(most, sum(1 for w in log._writers.values() if w.gc and not w.closing))
     assert most <= 1
     await log.close()
+
+
+async def test_a_full_drive_reopened_with_reclaims_zone_half_written_frees_its_garbage(tmp_path):
+    # Puts leave one empty zone for reclaim; the deletes' tombstones open it, and a restart
+    # turns it into a partly written spare. Puts must not take that last room: they then wait
+    # for reclaim, which copies into it, and the deleted half of the drive comes back.
+    drive = make_drive(tmp_path, zones=12)
+    log = await open_log(drive)
+    n = 0
+    with pytest.raises(NoSpace):
+        while True:
+            await log.put(f"r{n}", blob(f"r{n}", n, 200 * KiB), stream="s")
+            n += 1
+    for i in range(0, n, 2):
+        assert await log.delete(f"r{i}")
+    await log.close()
+
+    log = await open_log(drive, space_wait=2.0)
+    m = 0
+    with pytest.raises(NoSpace):
+        while True:
+            await log.put(f"x{m}", blob(f"x{m}", m, 200 * KiB), stream="s")
+            m += 1
+    assert m >= n // 2 - 4, f"only {m} puts fit after deleting {n // 2} of {n}"
+    assert await log.delete("r1")  # a delete still works on the full drive
+    for i in range(3, n, 2):
+        check_blob(f"r{i}", await read_all(log, f"r{i}"))
+    for i in range(m):
+        check_blob(f"x{i}", await read_all(log, f"x{i}"))
+    await log.close()
+    with open_device(drive) as dev:
+        assert fsck(dev, drive / "index.sqlite")[0] == []

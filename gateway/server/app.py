@@ -56,6 +56,7 @@ class _AnyPath(Convertor[str]):
 register_url_convertor("s3path", _AnyPath())
 
 SWEEP_INTERVAL = 60.0
+STORE_RETRY = 2.0
 ABANDONED_UPLOAD_AGE = 7 * 24 * 3600.0
 # Replaced or deleted data may stay on the nodes this long after the commit, for reads that
 # started before. Off by default: until its fragments are gone, a deleted object would come
@@ -157,10 +158,14 @@ class Gateway:
             try:
                 due = await self.store.next_due()
             except StoreUnavailableError:
-                due = None
-            # An upload goes stale on its own, with no commit to wake us: never sleep longer
-            # than the upload age (it matters only when that is configured below a minute).
-            cap = min(SWEEP_INTERVAL, max(0.05, self.upload_ttl))
+                # The database is away: look again soon, not a whole interval after it is back
+                # (the marks that fell due meanwhile would wait for nothing).
+                due = time.time() + STORE_RETRY
+            # An upload goes stale on its own, and a write's pending mark falls due, with no
+            # commit to wake us: never sleep longer than the upload age or the pending grace
+            # (it matters only when they are configured below a minute).
+            cap = min(SWEEP_INTERVAL, max(0.05, self.upload_ttl),
+                      max(0.05, self.storage.pending_grace))
             wait = cap if due is None else min(cap, max(0.05, due - time.time()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), wait)

@@ -90,6 +90,7 @@ class Server:
 
     def close(self) -> None:
         self.server.should_exit = True
+        self.server.force_exit = True  # boto3's idle keep-alive connections: don't wait on them
         self.thread.join(10)
         self.sock.close()
 

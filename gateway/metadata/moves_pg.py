@@ -85,6 +85,9 @@ class PostgresMoves(MovesStore):
 
         async def tx(c: asyncpg.Connection) -> bool:
             if r[0] == "u":
+                # the upload's row first, as Complete and an UploadPart take it: a Complete
+                # under way finishes first (the part is then the object's, and this fails)
+                await c.execute("SELECT 1 FROM uploads WHERE upload_id=$1 FOR SHARE", r[1])
                 raw = await c.fetchval("SELECT layout FROM parts WHERE upload_id=$1 AND "
                                        "number=$2 FOR UPDATE", r[1], r[2])
                 if raw is None or json.loads(raw) != old:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from erasure.cluster import ErasureCluster
 from erasure.layout import PartLayout
-from erasure.repair import repair
+from erasure.repair import heal, repair
 from gateway.metadata import BucketRecord, ObjectRecord, PartRecord, UploadRecord, open_store
 from gateway.store.erasurequeues import shared_queues
 from gateway.store.moves import StorePartIndex
@@ -172,5 +172,61 @@ async def test_zonegate_repair_records_the_fragments_it_rebuilds_for_a_node_gone
                 for uid, lay in now.items():
                     assert scanned[uid].fragments == {i: [n] for i, n in lay.placement.items()}
                 assert await read_all(c, store, blobs) == 0
+        finally:
+            await store.close()
+
+
+class MoverMeanwhile(StorePartIndex):
+    """The records, with a data mover's commit landing just before the heal's first one
+    (the order in which the heal's compare-and-set fails): the mover copied fragment
+    `index` to a node nothing of the part is on and committed it there."""
+
+    def __init__(self, store, c: ErasureCluster, index: int) -> None:
+        super().__init__(store)
+        self.c, self.index, self.raced = c, index, False
+        self.moved_to = ""
+
+    async def commit(self, ref: str, old: PartLayout, new: PartLayout) -> bool:
+        if not self.raced:
+            self.raced = True
+            from erasure.rehome import copy_one
+            used = set(old.placement.values()) | set(new.placement.values())
+            self.moved_to = next(n for n in self.c.clients if n not in used)
+            src = new.placement[self.index]  # the heal's copy, for the heal's own index
+            assert await copy_one(self.c, old.part_uid, self.index, src, self.moved_to)
+            mover = PartLayout(old.part_uid, old.length, old.scheme,
+                               {**old.placement, self.index: self.moved_to}, [], old.crc32c)
+            assert await super().commit(ref, old, mover)
+        return await super().commit(ref, old, new)
+
+
+async def test_a_heal_merges_into_a_record_a_mover_changed_meanwhile(tmp_path: Path) -> None:
+    """The heal's commit of fragment 0 (its node down) loses to a mover's commit: of another
+    fragment (1: both changes are kept), or of the same one (0: the mover's copy is kept)."""
+    with NodeCluster(tmp_path / "nodes", 8, drives_per_node=1, secret=SECRET) as nc:
+        store = open_store(str(tmp_path / "meta.sqlite"))
+        await store.start()
+        cfg = config(nc, list(range(8)), tmp_path / "state")
+        try:
+            async with ErasureCluster(cfg, health_interval=0, layout_poll=0, auto_repair=False,
+                                      **shared_queues(store)) as c:
+                blobs = await write(c, store, 8)  # 9 parts on 8 nodes: two share a node
+                recs = await recorded(store)
+                node, _ = Counter(lay.placement[0] for lay in recs.values()).most_common(1)[0]
+                a, b = sorted(uid for uid, lay in recs.items() if lay.placement[0] == node)[:2]
+                nc.kill(nc.ids.index(node))
+                await c.check_health()
+                for uid, index in ((a, 1), (b, 0)):
+                    lay = recs[uid]
+                    c.records = racing = MoverMeanwhile(store, c, index)
+                    written = await heal(c, lay, [0])
+                    assert racing.raced and set(written) == {0}
+                    now = (await recorded(store))[uid]
+                    if index == 1:
+                        assert now.placement == {**lay.placement, 0: written[0],
+                                                 1: racing.moved_to}
+                    else:  # the mover's copy of fragment 0 stays recorded
+                        assert now.placement == {**lay.placement, 0: racing.moved_to}
+                    assert await read(c, now) == blobs[uid]
         finally:
             await store.close()

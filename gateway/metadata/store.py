@@ -333,7 +333,9 @@ class MetadataStore(QueueStore, LayoutTables, MovesStore, abc.ABC):
         With if_absent / if_version the commit only happens if there is no current object /
         the current object still has that `version` (write uuid): returns the current record
         on conflict, None on success. With upload_id, every part of rec must still be a current
-        part of that upload, else UploadChangedError and nothing changes; NoSuchBucketError if
+        part of that upload (by part uid), else UploadChangedError and nothing changes, and
+        each part of rec takes the layout the upload's part has then (a data mover's commit
+        since the caller read the parts: the object records where the fragments are); NoSuchBucketError if
         the bucket is gone (checked in the same transaction). `release`: orphan-queue entries
         (the pending marks of the data just written) removed in the same transaction, so
         committed data is never swept."""

@@ -78,7 +78,7 @@ async def record_placed(cluster: ErasureCluster, part_uid: str, meta: dict[str, 
     written there); `bad`: (index, node) copies known lost or corrupt. Returns how many
     records changed. Without records (erasure-only use) nothing happens; a store that fails
     is logged: the fragments are safe, reads find them (a degraded read queues a heal)."""
-    records = cluster.records
+    records = getattr(cluster, "records", None)  # a stand-in cluster may have none
     if records is None or not placed:
         return 0
     bad = set(bad)

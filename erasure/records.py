@@ -64,8 +64,9 @@ async def relocated(cluster: ErasureCluster, cur: PartLayout, placed: dict[int, 
         named = placement.get(i)
         if named != node and named is not None and (i, named) not in bad and \
                 await _holds(cluster, named, archive_id(cur.part_uid, i)):
-            continue
-        placement[i] = node
+            placement[i] = named  # a good copy where recorded (missing: an answer lost)
+        else:
+            placement[i] = node
         missing.discard(i)
     if placement == cur.placement and missing == set(cur.missing):
         return None

@@ -45,6 +45,7 @@ from erasure.layoutstore import LayoutStore, load_or_bootstrap
 from erasure.leases import LeaseStore, LocalLeases, new_holder, part_lease
 from erasure.nodeclient import NodeClient, NodeError, make_session
 from erasure.placement import room_weights
+from erasure.records import PartRecords
 from erasure.rehome import Handoffs
 from erasure.repair import heal, heal_scrub_damage
 from erasure.repairqueue import (
@@ -74,8 +75,12 @@ class ErasureCluster(LayoutMixin):
                  deletions: DeletionStore | None = None, layout: ClusterLayout | None = None,
                  layout_store: LayoutStore | None = None,
                  layout_poll: float = LAYOUT_POLL,
-                 leases: LeaseStore | None = None) -> None:
+                 leases: LeaseStore | None = None,
+                 records: PartRecords | None = None) -> None:
         self.config = config
+        # the caller's records of its parts' layouts: heals, repairs and rehomes that put a
+        # fragment elsewhere commit it there (erasure/records.py); None: nothing records them
+        self.records: PartRecords | None = records
         # one worker at a time rehomes or heals a part (erasure/leases.py)
         self.leases: LeaseStore = leases or LocalLeases()
         self.lease_holder = new_holder()

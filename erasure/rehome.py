@@ -4,8 +4,8 @@ A write (or a rebuild) whose home node was down or full puts a fragment on the n
 rendezvous order. Once the home takes writes again the fragment is copied there (the node
 verifies the CRC as it streams, and a record exists only once whole) and then the handoff copy is
 deleted, so placement is restored and reads, which try a fragment's home first, stop depending
-on handoffs. The gateway's stored layouts keep naming the handoff node; the reader finds the
-fragment at home without asking it.
+on handoffs. Before the handoff copy goes, the caller's records (the gateway's stored layouts,
+erasure/records.py) are told: a record naming the handoff names the home.
 
 Parts are found two ways: `Handoffs`, one small file per part under `<state_dir>/handoff/`
 written when a write or rebuild placed a fragment off home (the cluster works through them when
@@ -20,11 +20,12 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from erasure.layout import archive_id
 from erasure.leases import part_lease
 from erasure.nodeclient import NodeError
+from erasure.records import record_placed
 
 if TYPE_CHECKING:
     from erasure.cluster import ErasureCluster, ScannedPart
@@ -91,13 +92,16 @@ def moves(cluster: ErasureCluster, part: ScannedPart) -> tuple[list[tuple[int, s
 
 
 async def move_one(cluster: ErasureCluster, part_uid: str, index: int, src: str, dst: str,
-                   copy: bool = True) -> bool:
+                   copy: bool = True, meta: dict[str, Any] | None = None) -> bool:
     """Copy one archive from `src` to `dst` (unless `copy` is False: it is there already),
-    then delete it on `src`. False when the part is being deleted (nothing is left behind)."""
+    record it there (the caller's records, erasure/records.py: a record naming `src` then
+    names `dst`; `meta`: the part's meta dict, the records' hint), then delete it on `src`.
+    False when the part is being deleted (nothing is left behind)."""
     if copy and not await copy_one(cluster, part_uid, index, src, dst):
         return False
     if not copy and await cluster.deletions.known(part_uid):
         return False
+    await record_placed(cluster, part_uid, meta or {}, {index: dst}, {(index, src)})
     await cluster.clients[src].delete(archive_id(part_uid, index))
     return True
 
@@ -160,7 +164,7 @@ async def _rehome_part(cluster: ErasureCluster, part_uid: str) -> int:
         for i, src, dst in todo:
             try:
                 if not await move_one(cluster, part_uid, i, src, dst,
-                                      copy=dst not in part.fragments[i]):
+                                      copy=dst not in part.fragments[i], meta=part.meta):
                     return 0
                 cluster.stats["fragments_moved_home"] += 1
                 log.info("moved %s home: %s -> %s", archive_id(part_uid, i), src, dst)

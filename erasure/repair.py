@@ -25,6 +25,7 @@ from erasure.codec import CodecError
 from erasure.errors import ErasureError
 from erasure.layout import PartLayout, ScannedPart, archive_id, parse_archive_id
 from erasure.nodeclient import NodeError, RecordCorrupt, RecordReader
+from erasure.records import record_placed
 from erasure.rehome import off_home, rehome_part
 from erasure.writer import ArchiveUpload
 
@@ -387,6 +388,7 @@ async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = Fals
             if on_done:
                 on_done(d.part.part_uid, str(e))
             continue
+        await record_rebuilt(cluster, d, written)
         await cluster.repair_queue.done(d.part.part_uid)
         report.fixed.append((d.part.part_uid, written))
         if on_done:
@@ -402,6 +404,16 @@ async def repair(cluster: ErasureCluster, prefix: str = "", *, deep: bool = Fals
                 cluster.handoffs.done(uid)
         report.moved = cluster.stats["fragments_moved_home"] - before
     return report
+
+
+async def record_rebuilt(cluster: ErasureCluster, d: Damage, written: dict[int, str]) -> int:
+    """Commit where a rebuild put the fragments into the caller's records (erasure/records.py),
+    so reads follow them instead of going degraded; the copies the scan found of a rebuilt
+    index (missing or corrupt ones) do not count as good."""
+    bad = {(i, n) for i in written for n in d.part.fragments.get(i, []) if n != written[i]}
+    bad |= {(i, n) for i, n in (d.layout.placement.items() if d.layout else ())
+            if i in written and n != written[i]}
+    return await record_placed(cluster, d.part.part_uid, d.part.meta, written, bad)
 
 
 async def _rebuild_all(cluster: ErasureCluster, d: Damage) -> dict[int, str]:
@@ -432,6 +444,7 @@ async def heal(cluster: ErasureCluster, layout: PartLayout, indexes: list[int]) 
     part = ScannedPart(layout.part_uid, layout.length, layout.scheme, layout.crc32c, {},
                        {i: [n] for i, n in layout.placement.items() if i not in skip})
     now = [p for p in await cluster.scan(layout.part_uid + ".") if p.part_uid == layout.part_uid]
+    found = now[0] if now else None  # as scanned: every copy, bad ones too
     if now:
         part = now[0]
         # found now (moved home meanwhile) and readable: nothing to rebuild; found but bad (a
@@ -447,5 +460,6 @@ async def heal(cluster: ErasureCluster, layout: PartLayout, indexes: list[int]) 
             i: ns for i, ns in part.fragments.items() if i not in indexes})
     d = Damage(part, sorted(set(indexes)), {i: "heal" for i in indexes}, layout)
     written = await _rebuild_all(cluster, d)
+    await record_rebuilt(cluster, dataclasses.replace(d, part=found or d.part), written)
     await cluster.repair_queue.resolve(layout.part_uid, list(written))
     return written

@@ -1,7 +1,8 @@
 """What the data mover (erasure/mover.py) needs from the metadata store: the recorded part
 layouts, page by page, with a compare-and-set of one, and leases with a document each (the run's
 durable progress, the parts in flight). gateway/store/moves.py adapts these methods to erasure's
-`PartIndex` and `MoveStore`.
+`PartIndex` and `MoveStore` (and erasure/records.py's `PartRecords`: the healer's, repair's and
+rehome's commits of where they put a fragment).
 
 Where layouts are recorded (a *ref* names one, a JSON list):
 - `["v", bucket, key hex, seq, slot]`: a version's part (`slot` = its index in `parts`), its
@@ -70,6 +71,22 @@ def swapped(parts: str, manifest: str | None, meta_part: str | None, slot: Any,
     return json.dumps(plist), manifest, meta_part
 
 
+def matching(part_uid: str, version_rows: list[Any], part_rows: list[Any]
+             ) -> list[tuple[str, dict[str, Any]]]:
+    """The (ref, layout) pairs naming `part_uid` among versions rows (bucket, key, seq, parts,
+    manifest, meta_part) and upload part rows (upload id, number, layout)."""
+    out: dict[str, dict[str, Any]] = {}
+    for b, k, seq, parts, manifest, meta_part in version_rows:
+        for ref, d in row_layouts(["v", b, bytes(k).hex(), seq], parts, manifest, meta_part):
+            if d.get("part_uid") == part_uid:
+                out[ref] = d
+    for uid, num, layout in part_rows:
+        d = json.loads(layout)
+        if d.get("part_uid") == part_uid:
+            out[ref_of(["u", uid, num])] = d
+    return list(out.items())
+
+
 class MovesStore(abc.ABC):
     """Layout pages and mover leases: each method one transaction."""
 
@@ -82,6 +99,13 @@ class MovesStore(abc.ABC):
     @abc.abstractmethod
     async def part_layout_get(self, ref: str) -> dict[str, Any] | None:
         """The layout recorded at `ref`, None if the row or slot is gone."""
+
+    @abc.abstractmethod
+    async def part_layout_find(self, part_uid: str, keys: list[tuple[str, str]] | None,
+                               uploads: list[str] | None) -> list[tuple[str, dict[str, Any]]]:
+        """Every (ref, layout) naming `part_uid`: among the versions of `keys` ((bucket,
+        key) pairs) and the parts of `uploads`; both None: anywhere (a scan of every row:
+        for parts whose meta names neither)."""
 
     @abc.abstractmethod
     async def part_layout_swap(self, ref: str, old: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -10,7 +10,15 @@ from typing import Any
 
 import asyncpg
 
-from gateway.metadata.moves import MovesStore, parse_ref, ref_of, row_layouts, swapped
+from gateway.metadata.keys import key_bytes
+from gateway.metadata.moves import (
+    MovesStore,
+    matching,
+    parse_ref,
+    ref_of,
+    row_layouts,
+    swapped,
+)
 
 MIGRATION = """
 CREATE TABLE move_leases (name TEXT COLLATE "C" PRIMARY KEY, owner TEXT NOT NULL,
@@ -80,11 +88,34 @@ class PostgresMoves(MovesStore):
             return dict(row_layouts(r[:4], *row)).get(ref_of(r[:4], r[4]))
         return await self._read(q)
 
+    async def part_layout_find(self, part_uid: str, keys: list[tuple[str, str]] | None,
+                               uploads: list[str] | None) -> list[tuple[str, dict[str, Any]]]:
+        async def q(c: asyncpg.Connection) -> list[tuple[str, dict[str, Any]]]:
+            pq = "SELECT upload_id, number, layout FROM parts"
+            if keys is None and uploads is None:  # every row: a uid is matched verbatim
+                vrows = await c.fetch(
+                    f"SELECT {_VCOLS} FROM versions WHERE strpos(parts, $1) > 0 OR "
+                    "strpos(COALESCE(manifest, ''), $1) > 0 OR "
+                    "strpos(COALESCE(meta_part, ''), $1) > 0", part_uid)
+                prows = await c.fetch(f"{pq} WHERE strpos(layout, $1) > 0", part_uid)
+                return matching(part_uid, vrows, prows)
+            vrows, prows = [], []
+            for b, k in keys or []:
+                vrows += await c.fetch(f"SELECT {_VCOLS} FROM versions WHERE bucket=$1 AND "
+                                       "key=$2", b, key_bytes(k))
+            for up in uploads or []:
+                prows += await c.fetch(f"{pq} WHERE upload_id=$1", up)
+            return matching(part_uid, vrows, prows)
+        return await self._read(q)
+
     async def part_layout_swap(self, ref: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
         r = parse_ref(ref)
 
         async def tx(c: asyncpg.Connection) -> bool:
             if r[0] == "u":
+                # the upload's row first, as Complete and an UploadPart take it: a Complete
+                # under way finishes first (the part is then the object's, and this fails)
+                await c.execute("SELECT 1 FROM uploads WHERE upload_id=$1 FOR SHARE", r[1])
                 raw = await c.fetchval("SELECT layout FROM parts WHERE upload_id=$1 AND "
                                        "number=$2 FOR UPDATE", r[1], r[2])
                 if raw is None or json.loads(raw) != old:

@@ -8,7 +8,15 @@ import json
 import time
 from typing import Any
 
-from gateway.metadata.moves import MovesStore, parse_ref, ref_of, row_layouts, swapped
+from gateway.metadata.keys import key_bytes
+from gateway.metadata.moves import (
+    MovesStore,
+    matching,
+    parse_ref,
+    ref_of,
+    row_layouts,
+    swapped,
+)
 
 MIGRATION = """
 CREATE TABLE move_leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, until REAL NOT NULL,
@@ -72,6 +80,27 @@ class SqliteMoves(MovesStore):
             return None
         found = dict(row_layouts(r[:4], *row))
         return found.get(ref_of(r[:4], r[4]))
+
+    def _part_layout_find(self, part_uid: str, keys: list[tuple[str, str]] | None,
+                          uploads: list[str] | None) -> list[tuple[str, dict[str, Any]]]:
+        c = self._conn()
+        vq = "SELECT bucket, key, seq, parts, manifest, meta_part FROM versions"
+        pq = "SELECT upload_id, number, layout FROM parts"
+        if keys is None and uploads is None:  # every row; instr: no LIKE wildcards in a uid
+            vrows = c.execute(f"{vq} WHERE instr(parts, ?) OR instr(COALESCE(manifest, ''), ?) "
+                              "OR instr(COALESCE(meta_part, ''), ?)", (part_uid,) * 3).fetchall()
+            prows = c.execute(f"{pq} WHERE instr(layout, ?)", (part_uid,)).fetchall()
+            return matching(part_uid, vrows, prows)
+        vrows, prows = [], []
+        for b, k in keys or []:
+            vrows += c.execute(f"{vq} WHERE bucket=? AND key=?", (b, key_bytes(k))).fetchall()
+        for up in uploads or []:
+            prows += c.execute(f"{pq} WHERE upload_id=?", (up,)).fetchall()
+        return matching(part_uid, vrows, prows)
+
+    async def part_layout_find(self, part_uid: str, keys: list[tuple[str, str]] | None,
+                               uploads: list[str] | None) -> list[tuple[str, dict[str, Any]]]:
+        return await self._r(self._part_layout_find, part_uid, keys, uploads)
 
     def _part_layout_swap(self, ref: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
         r = parse_ref(ref)

@@ -31,8 +31,8 @@ from gateway.metadata.store import (
     ListPage,
     NoSuchBucketError,
     ObjectRecord,
-    UploadChangedError,
     VersionRecord,
+    upload_layouts_into,
 )
 from gateway.metadata.versionwalk import (
     VersionWalk,
@@ -233,8 +233,6 @@ class PgVersions:
         check_versioning(versioning)
         kb = key_bytes(rec.key)
         vid = rec.version_id if versioning == "enabled" else "null"
-        values = _values(rec, vid)
-        keep = {json.dumps(lay, sort_keys=True) for lay in rec.layouts()}
         retry = False
 
         async def tx(c: asyncpg.Connection) -> ObjectRecord | None:
@@ -268,13 +266,16 @@ class PgVersions:
                 return old or ObjectRecord(rec.bucket, rec.key, 0, "", 0, "", "")
             upload_layouts: list[dict] = []
             if upload_id is not None:
-                # The upload's row lock keeps its parts from changing under this check.
+                # The upload's row lock keeps its parts from changing under this check and
+                # copy (a part's upload and the mover's commit of a part take it too); the
+                # object takes the layouts recorded now, a mover's commit since Complete
+                # read them included.
                 await c.execute("SELECT 1 FROM uploads WHERE upload_id=$1 FOR UPDATE", upload_id)
                 upload_layouts = [json.loads(r[0]) for r in await c.fetch(
                     "SELECT layout FROM parts WHERE upload_id=$1 ORDER BY number", upload_id)]
-                current = {d.get("part_uid") for d in upload_layouts}
-                if not {p["layout"].get("part_uid") for p in rec.parts} <= current:
-                    raise UploadChangedError(upload_id)
+                upload_layouts_into(rec, upload_id, upload_layouts)
+            values = _values(rec, vid)
+            keep = {json.dumps(lay, sort_keys=True) for lay in rec.layouts()}
             if not bucket_ok:
                 raise NoSuchBucketError(rec.bucket)
             # off / suspended: the null version is replaced; enabled: a new version on top

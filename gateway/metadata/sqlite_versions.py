@@ -21,8 +21,8 @@ from gateway.metadata.store import (
     DeleteItem,
     ListPage,
     ObjectRecord,
-    UploadChangedError,
     VersionRecord,
+    upload_layouts_into,
 )
 from gateway.metadata.versionwalk import (
     VersionWalk,
@@ -163,10 +163,9 @@ class SqliteVersions:
             if if_version is not None and (old is None or old.version != if_version):
                 return old or ObjectRecord(rec.bucket, rec.key, 0, "", 0, "", "")
             if upload_id is not None:
-                current = {json.loads(r[0]).get("part_uid") for r in c.execute(
-                    "SELECT layout FROM parts WHERE upload_id=?", (upload_id,))}
-                if not {p["layout"].get("part_uid") for p in rec.parts} <= current:
-                    raise UploadChangedError(upload_id)
+                # the layouts recorded now: a mover's commit since Complete read them counts
+                upload_layouts_into(rec, upload_id, [json.loads(r[0]) for r in c.execute(
+                    "SELECT layout FROM parts WHERE upload_id=?", (upload_id,))])
             self._require_bucket(c, rec.bucket)
             self._release(c, release)
             vid = rec.version_id if versioning == "enabled" else "null"

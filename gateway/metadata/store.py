@@ -191,6 +191,20 @@ class UploadChangedError(Exception):
     """A completing upload was aborted, or one of its parts replaced, meanwhile."""
 
 
+def upload_layouts_into(rec: ObjectRecord, upload_id: str,
+                        current: list[dict[str, Any]]) -> None:
+    """Complete's check and copy, inside its transaction: every part of `rec` must still be
+    one of the upload's parts (`current`: their layouts as recorded now, by part uid), else
+    UploadChangedError; each part of `rec` then takes the layout recorded now. The data
+    mover may have committed a new layout for an upload part since Complete read the parts:
+    the object records where the fragments are, not where they were (the mover deletes the
+    old copies)."""
+    now = {d.get("part_uid"): d for d in current}
+    if not {p["layout"].get("part_uid") for p in rec.parts} <= set(now):
+        raise UploadChangedError(upload_id)
+    rec.parts = [{**p, "layout": now[p["layout"].get("part_uid")]} for p in rec.parts]
+
+
 class NoSuchBucketError(Exception):
     """The bucket was deleted (by another request or gateway) before the commit: an object or
     upload must never be committed into a bucket that is gone."""
@@ -319,7 +333,9 @@ class MetadataStore(QueueStore, LayoutTables, MovesStore, abc.ABC):
         With if_absent / if_version the commit only happens if there is no current object /
         the current object still has that `version` (write uuid): returns the current record
         on conflict, None on success. With upload_id, every part of rec must still be a current
-        part of that upload, else UploadChangedError and nothing changes; NoSuchBucketError if
+        part of that upload (by part uid), else UploadChangedError and nothing changes, and
+        each part of rec takes the layout the upload's part has then (a data mover's commit
+        since the caller read the parts: the object records where the fragments are); NoSuchBucketError if
         the bucket is gone (checked in the same transaction). `release`: orphan-queue entries
         (the pending marks of the data just written) removed in the same transaction, so
         committed data is never swept."""

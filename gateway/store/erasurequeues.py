@@ -140,7 +140,10 @@ def shared_queues(store: MetadataStore) -> dict[str, Any]:
     """ErasureCluster keyword arguments: the queues on `store`, its work leases (the store has
     erasure.leases.LeaseStore's methods itself), and the cluster layout kept there
     (gateway/store/layoutstore.py), so that every tool on the store (repair, recover, bucket
-    markers) sees the nodes the layout has, not only the cluster file's."""
+    markers) sees the nodes the layout has, not only the cluster file's; and its records of the
+    parts' layouts, so that heals, repairs and rehomes commit where they put a fragment."""
     from gateway.store.layoutstore import StoreLayouts
+    from gateway.store.moves import StorePartIndex
     return {"repair_queue": StoreRepairQueue(store), "deletions": StoreDeletions(store),
-            "layout_store": StoreLayouts(store), "leases": store}
+            "layout_store": StoreLayouts(store), "leases": store,
+            "records": StorePartIndex(store)}

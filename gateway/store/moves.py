@@ -1,6 +1,8 @@
 """The data mover's part index and leases over the gateway's metadata store
 (gateway/metadata/moves.py), as erasure/mover.py's `PartIndex` and `MoveStore`: object
-records follow the fragments the mover moves, and every gateway on one store shares one run."""
+records follow the fragments the mover moves, and every gateway on one store shares one run.
+The index is also erasure/records.py's `PartRecords` (`find`): records follow the fragments a
+heal, a repair or a rehome puts elsewhere."""
 
 from __future__ import annotations
 
@@ -43,6 +45,39 @@ class StorePartIndex:
 
     async def commit(self, ref: str, old: PartLayout, new: PartLayout) -> bool:
         return await self.store.part_layout_swap(ref, old.to_dict(), new.to_dict())
+
+    async def find(self, part_uid: str, meta: dict[str, Any]) -> list[tuple[str, PartLayout]]:
+        """erasure.records.PartRecords: the records naming the part, looked for where its
+        archives' meta says it belongs (the key, the upload); a meta naming neither (a scan
+        that found no archive) means a look at every row."""
+        where = _where(meta)
+        if where == ([], []):
+            return []
+        keys, uploads = where if where is not None else (None, None)
+        out = []
+        for ref, d in await self.store.part_layout_find(part_uid, keys, uploads):
+            lay = _layout(d)
+            if lay is not None:
+                out.append((ref, lay))
+        return out
+
+
+def _where(meta: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]] | None:
+    """(bucket, key) pairs and upload ids an archive's meta dict names (gateway/ops: a part
+    names its bucket, key and upload; a manifest its upload and object; a delete marker its
+    bucket and key), None when it names none of them; a bucket marker is in no record."""
+    if meta.get("kind") == "bucket":
+        return [], []
+    keys: list[tuple[str, str]] = []
+    for d in (meta, meta.get("object"), meta.get("marker")):
+        if isinstance(d, dict) and isinstance(d.get("bucket"), str) and \
+                isinstance(d.get("key"), str):
+            keys.append((d["bucket"], d["key"]))
+    # an upload's part: recorded in the upload until Complete, then in the key's versions
+    uploads = [meta["upload"]] if isinstance(meta.get("upload"), str) else []
+    if not keys and not uploads:
+        return None
+    return list(dict.fromkeys(keys)), uploads
 
 
 class StoreMoveLeases:

@@ -156,3 +156,30 @@ async def test_leases_are_exclusive_until_they_run_out_and_keep_their_journal(st
     await win.release("run", wname)
     assert await lose.claim("run", lname, 600.0)
     assert (await lose.get("run"))["moves"] == 3
+
+
+async def test_find_names_every_record_of_a_part_by_its_meta_or_anywhere(stores) -> None:
+    """erasure.records.PartRecords.find: a part is looked for where its archives' meta says
+    (its key's versions, its upload), anywhere when the meta names neither; what it finds
+    is what a commit swaps."""
+    s = await stores.open()
+    await fill(s)
+    index = StorePartIndex(s)
+    for uid, meta in [("w2.p1", {"bucket": "b1", "key": "k02é", "version": "w2"}),
+                      ("mp.m", {"kind": "manifest", "upload": "mp",
+                                "object": {"bucket": "b2", "key": "multi"}}),
+                      ("ver0.p1", {"bucket": "b2", "key": "versioned"}),
+                      ("up1.2", {"kind": "part", "bucket": "b1", "key": "big",
+                                 "upload": "up1", "part": 2}),
+                      ("mp.p3", {}), ("up1.1", {"k": "not the gateway's"})]:
+        [(ref, got)] = await index.find(uid, meta)
+        assert got == await index.get(ref) and got.part_uid == uid, uid
+    # elsewhere than the meta says, or a bucket marker: not found
+    assert await index.find("w2.p1", {"bucket": "b1", "key": "k03é"}) == []
+    assert await index.find("w2.p1", {"kind": "bucket", "bucket": {"name": "b1"}}) == []
+    assert await index.find("w2", {}) == []  # a uid is matched whole, not as a prefix
+    # the found ref commits, the current object follows
+    [(ref, old)] = await index.find("w4.p1", {})
+    assert await index.commit(ref, old, lay("w4.p1", first=2))
+    rec = await s.get_object("b1", "k04é")
+    assert PartLayout.from_dict(rec.parts[0]["layout"]) == lay("w4.p1", first=2)

@@ -114,3 +114,6 @@ def test_the_layout_view_follows_a_drive_drain_to_every_zone_empty(gw):
     # the same figures as `zonegate status --json` (one stored run, one computation)
     status = json.loads(zg(gw, "status", "--json").stdout)
     assert status["moves"] == layout(h)["moves"]
+    there = next(d for n in status["nodes"] if n["id"] == node["id"] for d in n["drives"]
+                 if d["path"] == drive["path"])
+    assert there["records"] == 0 and there["empty_zones"] == there["seq_zones"] > 0

@@ -85,7 +85,6 @@ class Fill:
                 out += v - t
         return int(out)
 
-
     def report(self) -> dict[str, dict[str, float | None]]:
         """Per node: bytes held, its share (0 for a node that takes no writes) and the
         deviation held / share - 1 (None where it has no share)."""

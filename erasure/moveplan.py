@@ -85,6 +85,16 @@ class Fill:
                 out += v - t
         return int(out)
 
+    def report(self) -> dict[str, dict[str, float | None]]:
+        """Per node: bytes held, its share (0 for a node that takes no writes) and the
+        deviation held / share - 1 (None where it has no share)."""
+        out: dict[str, dict[str, float | None]] = {}
+        for n in sorted(set(self.held) | set(self.weights)):
+            t = self.target(n)
+            out[n] = {"held": int(self.held[n]), "share": t,
+                      "deviation": self.held[n] / t - 1.0 if t > 0 else None}
+        return out
+
 
 class Planner:
     """`plan` for many parts under one layout (the placement is built once)."""

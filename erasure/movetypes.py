@@ -115,3 +115,21 @@ class RunState:
         if self.phase == "done":
             return 0.0
         return self.bytes_left / self.rate if self.rate > 0 else None
+
+
+def progress_report(run: dict[str, Any] | None, request: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
+    """The mover's stored run as `zonegate status`, `zonegate rebalance --json` and the
+    console show it: the run's figures (less the per-node tallies), `eta_seconds`, `active`
+    (what the `move_active` gauge says) and whether a rebalance request is still waiting.
+    {"phase": "none"} before any run."""
+    if run is None:
+        return {"phase": "none", "active": False}
+    st = RunState.from_dict(run)
+    out = st.to_dict()
+    out.pop("held", None)
+    out.pop("shape", None)
+    out["eta_seconds"] = st.eta
+    out["active"] = bool(run) and st.phase != "done"
+    out["requested_pending"] = bool(request and float(request.get("at", 0)) > st.requested)
+    return out

@@ -44,6 +44,7 @@ class LogStats:
     garbage_bytes: int = 0  # written bytes no live record points at
     reserve_bytes: int = 0  # held back for reclaim and deletes
     empty_zones: int = 0
+    seq_zones: int = 0  # the sequential zones (empty_zones == seq_zones: the drive is empty)
     reclaiming_zone: int = -1  # the zone reclaim is evacuating, -1 if none
 
 

@@ -213,6 +213,9 @@ class DrivePool:
             gone = await self.logs[i].delete(record_id)
             if gone and found is not None:
                 self._room_moved(i, found[0].length)
+            if gone and i in self.no_new and self.logs[i].index.record_count() == 0:
+                # a draining drive's last record went: its zones can all be reset now
+                self.logs[i].reclaim_wanted.set()
             return gone
         except OSError as e:
             if not is_drive_failure(e):

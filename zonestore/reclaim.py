@@ -86,6 +86,61 @@ async def reset_dead_zones(log: ZoneLog) -> int:
     return n
 
 
+def vacant(log: ZoneLog) -> bool:
+    """Whether every sequential zone that can be written is empty (none open, none held)."""
+    return not log._writers and len(log._empty) + len(log._bad) >= len(log.seq_zones)
+
+
+async def _finish_idle(log: ZoneLog, everything: bool) -> None:
+    """Finish the partly written zones (closed spares, idle writers) that hold no live bytes,
+    or, with `everything`, all of them: a FULL zone is what a reset takes."""
+    def dead(z: int) -> bool:
+        return everything or log.index.live.get(z, 0) <= 0
+
+    async with log._alloc_lock:
+        for z in sorted(log._spares):
+            if dead(z) and not log.pinned.get(z):
+                log._spares.discard(z)
+                try:
+                    await asyncio.to_thread(log.device.finish_zone, z)
+                    log._full.add(z)
+                except OSError:
+                    log._bad.add(z)
+        idle = [w for w in log._writers.values()
+                if w.users == 0 and not w.closing and w.error is None
+                and not log.pinned.get(w.zone) and dead(w.zone) and (everything or not w.gc)]
+        for w in idle:
+            w.retire()
+        for w in idle:
+            await w.finished.wait()
+
+
+async def vacate(log: ZoneLog) -> ReclaimResult:
+    """Empty the zones of a drive the cluster layout drains (it takes no new records):
+    zones that hold no live bytes are reset now, open or partly written ones included,
+    instead of waiting for the drive to run low on space. Once its last record is gone the
+    zones left hold only tombstones, which shield nothing once the zones of the copies they
+    deleted are reset: those zones are evacuated too (tombstones dropped; the few still
+    needed are copied and dropped on the next round), so the drive ends with every zone
+    empty."""
+    t0 = time.monotonic()
+    res = ReclaimResult()
+    async with log._reclaim_lock:
+        for _ in range(4):  # each round drops the tombstones the one before left needed
+            if log._closed or vacant(log):
+                break
+            everything = log.index.record_count() == 0
+            await _finish_idle(log, everything)
+            res.zones_reset += await reset_dead_zones(log)
+            if not everything:
+                break  # records left: the drain is still under way
+            lim = _Limiter(None)
+            for z in sorted(log.full_zones):
+                await _evacuate_one(log, z, lim, res)
+        res.seconds = time.monotonic() - t0
+    return res
+
+
 class _Limiter:
     """Copy at most `rate` bytes/s, except while puts wait for the space (then reclaim is
     what they wait for: throttling it would only slow them down)."""

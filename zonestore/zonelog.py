@@ -556,6 +556,7 @@ class ZoneLog(ZoneAllocator, SpaceAdmission, RecordReader, RecordRelocation):
             garbage_bytes=sp["garbage"],
             reserve_bytes=sp["reserve"],
             empty_zones=len(self._empty),
+            seq_zones=len(self.seq_zones),
             reclaiming_zone=min(self._reclaiming) if self._reclaiming else -1,
             live_bytes=live,
             write_amplification=(c["device_bytes_written"] / user) if user else 0.0,

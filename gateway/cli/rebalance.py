@@ -33,8 +33,9 @@ def _mib(n: float) -> str:
 
 
 async def move_progress(config: ClusterConfig) -> dict[str, Any] | None:
-    """The mover's run as stored (with `eta_seconds`), None when the store is not here."""
-    from erasure.mover import RunState
+    """The mover's run as stored (erasure/movetypes.py `progress_report`), None when the
+    store is not here."""
+    from erasure.movetypes import progress_report
     from gateway.metadata import store_from_config
     from gateway.store.partowners import owners_for
     if owners_for(config) is None:
@@ -48,15 +49,7 @@ async def move_progress(config: ClusterConfig) -> dict[str, Any] | None:
         return None
     finally:
         await store.close()
-    if doc is None:
-        return {"phase": "none"}
-    st = RunState.from_dict(doc)
-    out = st.to_dict()
-    out.pop("held", None)
-    out.pop("shape", None)
-    out["eta_seconds"] = st.eta
-    out["requested_pending"] = bool(req and float(req.get("at", 0)) > st.requested)
-    return out
+    return progress_report(doc, req)
 
 
 def describe_progress(p: dict[str, Any] | None) -> str:

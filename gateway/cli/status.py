@@ -66,7 +66,8 @@ async def _node_status(client: Any) -> dict[str, Any]:
                                              "write_amplification", "failed", "error",
                                              "identity", "replaced", "layout_state",
                                              "zones_by_condition", "open_zones",
-                                             "max_open_zones")} for d in stats.get("drives", [])]
+                                             "max_open_zones", "empty_zones", "seq_zones")}
+                     for d in stats.get("drives", [])]
     out["totals"] = dict(stats.get("totals") or {})
     for k in CAPACITY:  # summed here when a node reports them per drive only
         vals = [d.get(k) for d in out["drives"]]

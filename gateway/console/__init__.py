@@ -2,8 +2,8 @@
 
 What it shows: cluster health and quorum, nodes and drives, capacity (writable / stranded /
 garbage / live as far as the nodes report them), the repair backlog, S3 request rates and
-errors (from the gateway's own Prometheus registry), a live zone map of every drive, and a
-bucket browser (list, object details, download through a presigned URL). Off with
+errors (from the gateway's own Prometheus registry), a live zone map of every drive, the
+cluster layout with its staged changes and the data mover's progress, and a bucket browser (list, object details, download through a presigned URL). Off with
 `[gateway] console = false`.
 
 How it is built: one static page (`static/index.html`, `console.js`, `console.css`: plain
@@ -20,6 +20,6 @@ logout check Origin, logout also a CSRF token. No secret ever appears in a URL, 
 a log line.
 
 Modules: `session.py` (cookie signing, CSRF), `data.py` (health, capacity, zone map, request
-counters), `browser.py` (buckets, objects, presigning), `routes.py` (endpoints, middleware,
+counters), `shape.py` (the layout view), `browser.py` (buckets, objects, presigning), `routes.py` (endpoints, middleware,
 `install` into the gateway's app).
 """

@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gateway.console.shape import cluster_shape
 from gateway.server.health import cluster_health, refresh_nodes
 
 NODE_TIMEOUT = 3.0
@@ -241,6 +242,13 @@ class ConsoleData:
             "repair": {"parts_awaiting_repair": backlog},
             "requests": request_counters(),
         }
+
+    async def shape(self) -> dict[str, Any]:
+        """The layout view: the cluster's shape and the data mover's run (shape.py)."""
+        cluster = self.cluster
+        await refresh_nodes(cluster)
+        stats = await self._stats.get(lambda: node_stats(cluster))
+        return await cluster_shape(self.gw, stats)
 
     async def zone_map(self) -> dict[str, Any]:
         return await self._zones.get(self._zone_map)

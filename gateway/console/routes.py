@@ -6,6 +6,7 @@
     GET  /console/api/session           who is logged in, and the CSRF token (401 if nobody)
     GET  /console/api/overview          health, quorum, nodes, drives, capacity, repair, requests
     GET  /console/api/zones             the zone map of every drive
+    GET  /console/api/layout            the cluster layout, staged changes, the data mover's run
     GET  /console/api/buckets           the user's buckets
     GET  /console/api/objects?bucket=&prefix=&delimiter=&after=
     GET  /console/api/object?bucket=&key=
@@ -101,6 +102,7 @@ class Console:
             Route("/console/api/session", self.session, methods=["GET"]),
             Route("/console/api/overview", self.authed(self.overview), methods=["GET"]),
             Route("/console/api/zones", self.authed(self.zones), methods=["GET"]),
+            Route("/console/api/layout", self.authed(self.layout), methods=["GET"]),
             Route("/console/api/buckets", self.authed(self.buckets), methods=["GET"]),
             Route("/console/api/objects", self.authed(self.objects), methods=["GET"]),
             Route("/console/api/object", self.authed(self.object), methods=["GET"]),
@@ -209,6 +211,11 @@ class Console:
 
     async def zones(self, request: Request, s: Session) -> Response:
         return _json(await self.data.zone_map())
+
+    async def layout(self, request: Request, s: Session) -> Response:
+        # cluster admin data, like the overview: for a logged-in user, and only the cluster
+        # file's users (the operators) can log in (`current` checks the config's users)
+        return _json(await self.data.shape())
 
     def _user(self, s: Session) -> Any:
         return self.gw.users[s.access_key]

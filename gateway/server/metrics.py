@@ -310,9 +310,9 @@ class MoveProgressCollector:
     def collect(self) -> Iterable[Metric]:
         if self.doc is None:
             return
-        from erasure.mover import RunState
+        from erasure.movetypes import RunState, progress_report
         st = RunState.from_dict(self.doc)
-        active = bool(self.doc) and st.phase != "done"
+        active = progress_report(self.doc)["active"]
         for name, helptext, value in (
                 ("move_bytes_left", "Fragment bytes the data mover still has to move "
                  "(estimate).", st.bytes_left if active else 0),

@@ -162,7 +162,26 @@ async def test_a_drained_drive_ends_empty_on_a_node_that_keeps_its_fragments(rig
     assert st is not None and st.phase == "done" and st.failed == 0
     assert st.drive_records >= drives[full]["records"] - 1  # (a bucket marker has no .fNN)
     after = (await client.stats())["drives"]
-    assert after[full]["records"] == 0, after[full]  # (its zones wait for reclaim)
+    assert after[full]["records"] == 0, after[full]
     assert {r.id for r in [r async for r in client.scan("w")]} == held  # still on node02
     assert st.moves == 0  # no part record changed
+    # the node resets every zone of the drained drive (open, closed, tombstones' zones too),
+    # without waiting for space to run low
+    drive = await wait_drive_empty(client, full)
+    assert drive["empty_zones"] == drive["seq_zones"] > 0, drive
+    assert drive["live_bytes"] == 0 and drive["used_bytes"] == 0, drive
+    other = (await client.stats())["drives"][1 - full]
+    assert other["empty_zones"] < other["seq_zones"]  # the drive that took its records
     await rig.check()
+
+
+async def wait_drive_empty(client, i: int, seconds: float = 30.0) -> dict:
+    """Drive i's stats once every sequential zone of it is EMPTY on the device (polled)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        d = (await client.stats())["drives"][i]
+        conds = {k: n for k, n in d["zones_by_condition"].items() if n}
+        if set(conds) <= {"empty", "not_wp"}:
+            return d
+        assert asyncio.get_running_loop().time() < deadline, f"zones left: {conds}"
+        await asyncio.sleep(0.2)

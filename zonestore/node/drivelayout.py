@@ -15,7 +15,9 @@ Drive states: the gateways send `PUT /v1/layout` (signed) with the layout versio
 node's drives' states whenever the version changes or the node reports an older one
 (`layout_version` in `/health/ready`: 0 after a restart, so it is told again). A draining or
 failed drive takes no new records (reads and deletes go on), nor does any drive of a node the
-layout drains.
+layout drains. The node resets a draining drive's zones that hold no live data at once, and
+every zone once its last record is gone (zonestore/reclaim.py `vacate`, run by the drive's
+reclaim loop), so a drained drive ends with every zone empty.
 """
 
 from __future__ import annotations
@@ -137,10 +139,15 @@ def apply_layout(state: NodeState, doc: dict[str, Any]) -> None:
         # the whole node is being emptied: a gateway still on an older layout must not put
         # new records here either (it gets 507 and hands the fragment off)
         states = {i: "draining" for i in range(len(state.drive_paths))}
+    was = state.drive_states
     state.drive_states = states
     state.layout_version = version
     if state.pool is not None:
         state.pool.no_new = {i for i, s in states.items() if s in NO_NEW_RECORDS}
+        for i, s in states.items():
+            if s == "draining" and was.get(i) != "draining" and i < len(state.logs):
+                # its reclaim loop resets the zones without live data now (reclaim.vacate)
+                state.logs[i].reclaim_wanted.set()
     log.info("layout v%d: drive states %s", version,
              {str(state.drive_paths[i]): s for i, s in sorted(states.items())})
 

@@ -386,7 +386,7 @@ def _as_dict(stats: Any) -> dict[str, Any]:
 _SUMMED = ("user_bytes_written", "device_bytes_written", "gc_bytes_copied", "free_bytes",
            "used_bytes", "live_bytes", "flushes", "flush_bytes", "records", "crc_failures",
            "read_errors", "open_zones", "writable_bytes", "stranded_bytes", "garbage_bytes",
-           "reserve_bytes", "empty_zones")
+           "reserve_bytes", "empty_zones", "seq_zones")
 
 
 async def node_stats(request: web.Request) -> web.Response:

@@ -399,8 +399,10 @@ class NodeServer:
         """Per drive, every interval (jittered so drives do not copy in step) or at once when
         a put saw the empty zones run low: reset zones holding only dead records (cheap, no
         copying) and, when the empty zones are down to the low-water mark, evacuate a few
-        zones by cost-benefit at the log's reclaim rate (reclaim.background_pass)."""
-        from zonestore.reclaim import background_pass
+        zones by cost-benefit at the log's reclaim rate (reclaim.background_pass). A drive
+        the layout drains has its zones without live data reset at once, and every zone
+        once its last record is gone (reclaim.vacate)."""
+        from zonestore.reclaim import background_pass, vacate
 
         interval = self.options.reclaim_interval
         metrics = self.state.metrics if self.state else None
@@ -417,6 +419,9 @@ class NodeServer:
             try:
                 results = await background_pass(zlog, max_zones=RECLAIM_ZONES_PER_PASS,
                                                 rate=getattr(zlog, "reclaim_rate", None))
+                if self.state is not None and \
+                        self.state.drive_states.get(index) == "draining":
+                    results.append(await vacate(zlog))
                 outcome = "ok"
             except asyncio.CancelledError:
                 raise

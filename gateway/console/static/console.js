@@ -3,6 +3,7 @@
 "use strict";
 
 const POLL_MS = 2000;
+const VIEWS = ["overview", "zones", "layout", "buckets"];
 const $ = (sel) => document.querySelector(sel);
 const state = { csrf: null, view: "overview", timer: null, lastCounters: null, rates: {},
                 bucket: null, prefix: "", after: null, zoneSel: null };
@@ -52,7 +53,7 @@ function showLogin(message) {
   $("#login").hidden = false;
   $("#tabs").hidden = true;
   $("#who").hidden = true;
-  for (const v of ["overview", "zones", "buckets"]) $("#view-" + v).hidden = true;
+  for (const v of VIEWS) $("#view-" + v).hidden = true;
   if (message) $("#login-error").textContent = message;
   $("#access_key").focus();
 }
@@ -66,7 +67,7 @@ function showApp(session) {
   $("#login-error").textContent = "";
   $("#secret_key").value = "";
   const fromHash = (location.hash || "").slice(1);
-  selectView(["overview", "zones", "buckets"].includes(fromHash) ? fromHash : "overview", false);
+  selectView(VIEWS.includes(fromHash) ? fromHash : "overview", false);
   startPolling();
 }
 
@@ -106,7 +107,7 @@ function selectView(view, focus = true) {
     b.tabIndex = on ? 0 : -1;
     if (on && focus) b.focus();
   }
-  for (const v of ["overview", "zones", "buckets"]) $("#view-" + v).hidden = v !== view;
+  for (const v of VIEWS) $("#view-" + v).hidden = v !== view;
   if (location.hash !== "#" + view) history.replaceState(null, "", "#" + view);
   if (view === "buckets") loadBuckets();
   refresh();
@@ -137,6 +138,7 @@ async function refresh() {
   try {
     if (state.view === "overview") renderOverview(await api("overview"));
     else if (state.view === "zones") renderZones(await api("zones"));
+    else if (state.view === "layout") renderLayout(await api("layout"));
     setStatus("Updated " + new Date().toLocaleTimeString());
   } catch (e) {
     if (state.csrf) setStatus("Update failed: " + e.message);
@@ -368,6 +370,100 @@ function zoneKeys(ev) {
   ev.preventDefault();
   j = Math.max(0, Math.min(cells.length - 1, j));
   cells[j].focus();
+}
+
+// -- cluster layout --------------------------------------------------------------------------
+
+const STATE_CLASS = { active: "ok", draining: "warn", gone: "bad", replaced: "warn", failed: "bad" };
+const pct = (x) => `${x >= 0 ? "+" : ""}${(100 * x).toFixed(1)}%`;
+
+function fillCell(f) {
+  if (!f) return el("td", { class: "sub", text: "–" });
+  const td = el("td", { title: `${num(f.held)} bytes of fragments held, share ${num(f.share)} bytes` });
+  if (f.share > 0) {
+    const ratio = f.held / f.share;
+    const meter = el("span", { class: "meter" + (ratio > 1.05 ? " over" : ""), "aria-hidden": "true" }, el("span"));
+    meter.firstChild.style.width = `${Math.min(100, 50 * ratio).toFixed(1)}%`;  // half = its share
+    td.append(meter, `${bytes(f.held)} / ${bytes(f.share)} (${pct(f.deviation)})`);
+  } else {
+    td.append(`${bytes(f.held)} (takes no writes)`);
+  }
+  return td;
+}
+
+function movesCard(p) {
+  if (!p) return [el("div", { class: "big", text: "unknown" }), el("p", { text: "the metadata store did not answer" })];
+  if (p.phase === "none") return [el("div", { class: "big", text: "none yet" }), el("p", { text: "no mover run recorded" })];
+  const bad = p.failed || p.stuck;
+  const head = p.phase === "done" ? "done" : `${p.phase}, pass ${p.passes + 1}`;
+  const pairs = [["Layout version", `v${p.version}${p.balance ? " (rebalance)" : ""}`]];
+  if (p.phase !== "done") {
+    pairs.push(["Left", `${bytes(p.bytes_left)} in ${num(p.parts_left)} parts`],
+               ["Rate", `${bytes(p.rate)}/s`],
+               ["ETA", p.eta_seconds === null || p.eta_seconds === undefined ? "–" : `${num(p.eta_seconds)} s`]);
+  }
+  pairs.push(["Moved", `${num(p.moves)} fragments (${num(p.rebuilt)} rebuilt), ${bytes(p.bytes_moved)}`],
+             ["Failed / stuck", `${num(p.failed)} / ${num(p.stuck)}`, bad ? "bad" : null]);
+  if (p.drive_records) pairs.push(["Off draining drives", `${num(p.drive_records)} records`]);
+  if (p.swept) pairs.push(["Off draining nodes", `${num(p.swept)} records`]);
+  if (p.balance) pairs.push(["Fill spread", pct(p.spread).replace("+", "")]);
+  if (p.finished) pairs.push(["Finished", when(p.finished)]);
+  if (p.requested_pending) pairs.push(["Rebalance", "requested, not started yet", "warn"]);
+  return [el("div", { class: "big " + (bad ? "bad" : (p.active ? "warn" : "ok")), id: "moves-phase", text: head }), kv(pairs)];
+}
+
+function renderLayout(doc) {
+  const L = doc.layout;
+  const counts = {};
+  for (const n of doc.nodes) counts[n.state] = (counts[n.state] || 0) + 1;
+  $("#layout-summary").replaceChildren(
+    el("div", { class: "big", id: "layout-version", text: `v${L.version}` }),
+    kv([["Note", L.note || "–"], ["Applied", when(L.applied_at)], ["Erasure code", `${L.k}+${L.m}`],
+        ["Nodes", Object.entries(counts).map(([k, v]) => `${v} ${k}`).join(", ")],
+        ["Fill spread", doc.fill ? `${(100 * doc.fill.spread).toFixed(1)}% (balanced within ${(100 * doc.fill.tolerance).toFixed(0)}%)` : "– (no tally yet)",
+         doc.fill && doc.fill.spread > doc.fill.tolerance ? "warn" : null]]));
+  $("#moves").replaceChildren(...movesCard(doc.moves));
+  const staged = doc.staged;
+  $("#staged").replaceChildren(
+    el("div", { class: "big", text: staged === null ? "unknown" : String(staged.length) }),
+    staged && staged.length
+      ? el("ol", { class: "staged" }, ...staged.map((c) => el("li", { text: c.text })))
+      : el("p", { text: staged === null ? "the layout store did not answer" : "nothing staged (zonegate layout … stages, zonegate layout apply applies)" }));
+  $("#layout-problems").replaceChildren(...doc.problems.map((p) => el("li", { text: p })));
+
+  const rows = [];
+  for (const n of doc.nodes) {
+    const drives = n.drives.length ? n.drives : [null];
+    drives.forEach((d, i) => {
+      const cells = [];
+      if (i === 0) {
+        const span = drives.length;
+        const reach = n.up === null ? ["–", "sub"] : (n.up ? ["up", "ok"] : ["down" + (n.error ? ` (${n.error.slice(0, 50)})` : ""), "bad"]);
+        cells.push(el("th", { scope: "row", rowspan: span, text: n.id, title: n.url }),
+                   el("td", { rowspan: span, text: n.domain }),
+                   el("td", { rowspan: span, class: "num", text: String(n.weight) }),
+                   el("td", { rowspan: span }, el("span", { class: "pill " + (STATE_CLASS[n.state] || ""), text: n.state })),
+                   el("td", { rowspan: span, class: reach[1], text: reach[0] }));
+        const f = fillCell(n.fill);
+        f.rowSpan = span;
+        cells.push(f);
+      }
+      if (d) {
+        const zones = d.seq_zones ? `${num(d.empty_zones)} of ${num(d.seq_zones)}` : "–";
+        const flags = [d.failed ? "failed" : null, d.replaced ? "new in a used slot" : null,
+                       d.present === false ? "missing" : null].filter(Boolean).join(", ");
+        cells.push(el("td", { title: d.path, text: d.path.split("/").slice(-2).join("/") }),
+                   el("td", {}, el("span", { class: "pill " + (STATE_CLASS[d.state] || ""), text: d.state }),
+                      flags ? el("span", { class: "bad", text: " " + flags }) : null),
+                   el("td", { class: "num", text: num(d.records) }),
+                   el("td", { class: d.state === "draining" && d.seq_zones && d.empty_zones === d.seq_zones ? "ok" : null, text: zones }));
+      } else {
+        for (let k = 0; k < 4; k++) cells.push(el("td", { text: "–" }));
+      }
+      rows.push(el("tr", { "data-node": i === 0 ? n.id : null }, ...cells));
+    });
+  }
+  $("#layout-nodes tbody").replaceChildren(...rows);
 }
 
 // -- bucket browser --------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from tests.gateway.test_recover_versions import backend, lose_the_store, zonegate  # noqa: F401
-from tests.support.gwcluster import Gateway, archive_ids, wait_for
+from tests.support.gwcluster import Gateway, archive_ids, put_many, wait_for
 from tests.support.s3versions import versions_of
 
 pytestmark = pytest.mark.timeout(400)
@@ -51,10 +51,8 @@ def test_delete_objects_markers_come_back_from_batch_parts(tmp_path, backend):  
         short = [f"run/{i:04d}" for i in range(300)]
         # Keys long enough that their list passes one batch part's 48 KiB: several parts.
         long = [f"long/{i:03d}/" + "x" * 900 for i in range(120)]
-        for k in short + long:
-            s3.put_object(Bucket="ckv", Key=k, Body=b"v1")
-        for k in short[:50]:
-            s3.put_object(Bucket="susp", Key=k, Body=b"null")
+        put_many(s3, "ckv", [(k, b"v1") for k in short + long])
+        put_many(s3, "susp", [(k, b"null") for k in short[:50]])
         dm_before = single_markers(g)
         res = delete_all(s3, "ckv", short)
         assert all(d["DeleteMarker"] for d in res["Deleted"])

@@ -166,7 +166,7 @@ def archive_ids(g: Gateway) -> set[str]:
 
 
 def wait_for(pred: Any, timeout: float = 20.0) -> bool:
-    """Poll `pred` until true or `timeout`; the pause grows from 0.05 s to 0.5 s, as many
+    """Poll `pred` until true or `timeout`; the pause grows from 0.05 s to 0.25 s, as many
     predicates list every node's records: asked ten times a second they slow what they
     wait for."""
     deadline = time.monotonic() + timeout
@@ -175,7 +175,7 @@ def wait_for(pred: Any, timeout: float = 20.0) -> bool:
         if pred():
             return True
         time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-        pause = min(0.5, pause * 1.5)
+        pause = min(0.25, pause * 1.5)
     return bool(pred())
 
 

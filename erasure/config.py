@@ -52,6 +52,9 @@ class ErasureSettings:
     # for the whole cluster, so that rebalancing leaves the foreground its throughput
     move_rate: float = 32 * 1024 * 1024
     move_rate_total: float = 256 * 1024 * 1024
+    # seconds a fragment write may go without the node taking bytes or answering before the
+    # fragment is handed off to another node (used: at most half the node timeout)
+    write_stall: float = 1.5
 
     @property
     def scheme(self) -> Scheme:
@@ -124,7 +127,7 @@ class ClusterConfig:
             "erasure": {"k": e.k, "m": e.m, "segment_size": e.segment_size, "backend": e.backend,
                         "write_quorum": e.write_quorum, "node_timeout": e.node_timeout,
                         "state_dir": e.state_dir, "move_rate": e.move_rate,
-                        "move_rate_total": e.move_rate_total},
+                        "move_rate_total": e.move_rate_total, "write_stall": e.write_stall},
         }
         if self.gateway:
             out["gateway"] = dict(self.gateway)
@@ -199,7 +202,7 @@ class _Parser:
     def erasure(self, e: dict, n_nodes: int) -> ErasureSettings:
         d = ErasureSettings()
         self.unknown(e, {"k", "m", "segment_size", "backend", "write_quorum", "node_timeout",
-                         "state_dir", "move_rate", "move_rate_total"}, "erasure")
+                         "state_dir", "move_rate", "move_rate_total", "write_stall"}, "erasure")
         k = self.get(e, "k", "erasure.k", int, d.k)
         m = self.get(e, "m", "erasure.m", int, d.m)
         if k < 1:
@@ -231,7 +234,11 @@ class _Parser:
             if not v >= 0:
                 raise self.fail(f"erasure.{name}", f"must be >= 0 bytes/s (0: unpaced), got {v}")
             rates.append(float(v))
-        return ErasureSettings(k, m, seg, backend, wq, float(timeout), state, *rates)
+        stall = self.get(e, "write_stall", "erasure.write_stall", (int, float), d.write_stall)
+        if not stall > 0:
+            raise self.fail("erasure.write_stall", f"must be > 0 seconds, got {stall}")
+        return ErasureSettings(k, m, seg, backend, wq, float(timeout), state, *rates,
+                               write_stall=float(stall))
 
     def nodes(self, raw: Any) -> tuple[NodeSpec, ...]:
         if raw is _MISSING or raw == []:

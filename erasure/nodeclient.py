@@ -135,10 +135,19 @@ class NodeClient:
         self.ready: dict[str, Any] = {}  # the node's last /health/ready answer
         self.drives: list[dict[str, Any]] | None = None  # its drives in the last /v1/stats
         self.observers = _observers.get(session, ()) if session is not None else ()
+        # a write here took no bytes and gave no answer (erasure/writer.py): no new archives
+        # until this monotonic time, or until a write here succeeds
+        self.stalled_until = 0.0
 
     @property
     def writable(self) -> bool:
-        return self.up and not self.full
+        return self.up and not self.full and (
+            not self.stalled_until or time.monotonic() >= self.stalled_until)
+
+    def note_stalled(self, seconds: float) -> None:
+        """A write here made no progress: place no new archives here for `seconds` (until
+        then the health check's timeout may say whether the node is down)."""
+        self.stalled_until = time.monotonic() + seconds
 
     # -- space -------------------------------------------------------------------------------
 
@@ -287,6 +296,7 @@ class NodeClient:
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
             raise self._down(e) from e
         self.up = True
+        self.stalled_until = 0.0
         return out
 
     async def head(self, record_id: str) -> RecordHead:
@@ -362,9 +372,11 @@ class NodeClient:
             ) as resp:
                 raw = await resp.read()
                 text = raw[:300].decode(errors="replace")
-                self.up = resp.status == 200
+                was_up, self.up = self.up, resp.status == 200
                 if self.up:
                     self._note_ready(raw)
+                    if not was_up:  # back from down: a stall before it is forgotten
+                        self.stalled_until = 0.0
                 self.last_error = None if self.up else (
                     f"/health/ready answered {resp.status}: {text}")
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:

@@ -109,6 +109,11 @@ def make_session(limit_per_host: int = 64,
     return session
 
 
+class BodyAbandoned(ConnectionError):
+    """Raised by a PUT body its caller gave up on (a stalled write handed off elsewhere):
+    the request is cut, and that is not the node's failure."""
+
+
 class NodeClient:
     def __init__(self, spec: NodeSpec, secret: str, session: aiohttp.ClientSession,
                  timeout: float = 30.0) -> None:
@@ -294,6 +299,9 @@ class NodeClient:
         except NodeError:
             raise
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            if isinstance(e, BodyAbandoned) or isinstance(e.__cause__, BodyAbandoned):
+                # we cut it (aiohttp wraps the body's error): the node took bytes, it is up
+                raise NodeUnavailable(self.id, 0, "abandoned", str(e)) from e
             raise self._down(e) from e
         self.up = True
         self.stalled_until = 0.0

@@ -39,7 +39,7 @@ import crc32c
 from erasure.codec import segments
 from erasure.errors import QuorumError
 from erasure.layout import PartLayout, PartResult, archive_id, archive_metas
-from erasure.nodeclient import NodeClient, NodeError, NodeUnavailable
+from erasure.nodeclient import BodyAbandoned, NodeClient, NodeError, NodeUnavailable
 from erasure.rehome import off_home, rehome_part
 from zonestore.ids import validate_record_id
 
@@ -118,17 +118,22 @@ class ArchiveUpload:
             batch.append(item)
             size += len(item)
             if size >= SEND_BATCH:
-                yield await self._send(att, batch)
+                att.waiting_since = time.monotonic()
+                yield batch[0] if len(batch) == 1 else b"".join(batch)
+                self._went_on(att)
                 batch, size = [], 0
         if batch:
-            yield await self._send(att, batch)
+            att.waiting_since = time.monotonic()
+            yield batch[0] if len(batch) == 1 else b"".join(batch)
+            self._went_on(att)
         att.waiting_since = time.monotonic()  # the metadata blob, then the node's answer
 
-    async def _send(self, att: _Attempt, batch: list[bytes]) -> bytes:
-        if att.abandoned:  # a stalled request asking for more: cut it, nothing is committed
-            raise ConnectionAbortedError("fragment write handed off after a stall")
-        att.waiting_since = time.monotonic()
-        return batch[0] if len(batch) == 1 else b"".join(batch)
+    @staticmethod
+    def _went_on(att: _Attempt) -> None:
+        """The node took the last batch: unless this request was given up (then cut it, so
+        that its node commits nothing, and leave the queue to the upload's next request)."""
+        if att.abandoned:
+            raise BodyAbandoned("fragment write given up after a stall")
 
     async def _attempt(self, record_id: str, length: int, stream: str) -> dict:
         """One PUT to the current node; with a stall limit, WriteStalled once it took no bytes
@@ -345,6 +350,7 @@ def _watch_abandoned(cluster: ErasureCluster, part_uid: str, client: NodeClient,
             raise
         except Exception:  # noqa: BLE001 - cut short or timed out: nothing more to wait for
             pass
+        cluster.stats["stalled_writes_ended"] += 1
         cluster.handoffs.add(part_uid)
         for attempt in range(ABANDONED_TRIES):
             try:

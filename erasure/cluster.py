@@ -390,6 +390,11 @@ class ErasureCluster(LayoutMixin):
         fragments of nodes that are down (or out of space) handed off to the next nodes in
         rendezvous order (None when no node is left)."""
         down = {nid for nid, c in self.clients.items() if not c.writable}
+        stalled = {nid for nid in down if self.clients[nid].stalled
+                   and self.clients[nid].up and not self.clients[nid].full}
+        if stalled and sum(nid not in down for nid in self.placement.domain_of) \
+                < self.write_quorum:
+            down -= stalled  # rather wait for a node that stalled once than fail the write
         nodes: list[str | None] | None = None
         weights = self.room_weights(down)
         shares = self.layout.weights()

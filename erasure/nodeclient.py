@@ -145,9 +145,12 @@ class NodeClient:
         self.stalled_until = 0.0
 
     @property
+    def stalled(self) -> bool:
+        return bool(self.stalled_until) and time.monotonic() < self.stalled_until
+
+    @property
     def writable(self) -> bool:
-        return self.up and not self.full and (
-            not self.stalled_until or time.monotonic() >= self.stalled_until)
+        return self.up and not self.full and not self.stalled
 
     def note_stalled(self, seconds: float) -> None:
         """A write here made no progress: place no new archives here for `seconds` (until

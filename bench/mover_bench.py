@@ -16,7 +16,7 @@ node's stream count). The drive-replacement prediction: hours to rebuild one 16 
 from the measured per-node rebuild rate.
 
     python -m bench mover [--nodes 8] [--mib 384] [--seconds 30] [--threads 4]
-                          [--move-rate BYTES_PER_S] [--json F]
+                          [--move-rate BYTES_PER_S] [--move-rate-busy BYTES_PER_S] [--json F]
 """
 
 from __future__ import annotations
@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--move-rate", type=float, default=None,
                    help="[erasure] move_rate, bytes/s per node (default: the config default)")
+    p.add_argument("--move-rate-busy", type=float, default=None,
+                   help="[erasure] move_rate_busy, bytes/s per node while the gateway handles "
+                        "S3 requests (0: no slow-down; default: the config default)")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
@@ -161,9 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="zonegate-mover-bench-"))
     g = Gateway(root, nodes=a.nodes, config_nodes=a.nodes - 1, segment_size=MiB,
                 gateway_options={"layout_poll_seconds": 1, "mover_interval_seconds": 1},
-                erasure_options={} if a.move_rate is None else {"move_rate": a.move_rate})
+                erasure_options={k: v for k, v in (("move_rate", a.move_rate),
+                                                   ("move_rate_busy", a.move_rate_busy))
+                                 if v is not None})
     out: dict[str, Any] = {"nodes": a.nodes, "mib": a.mib, "threads": a.threads,
-                           "move_rate": a.move_rate}
+                           "move_rate": a.move_rate, "move_rate_busy": a.move_rate_busy}
     g.start()
     try:
         s3 = g.client()

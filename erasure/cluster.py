@@ -90,6 +90,9 @@ class ErasureCluster(LayoutMixin):
         self.layout_poll = layout_poll
         self._set_layout(layout or ClusterLayout.bootstrap(config))
         self.node_timeout = config.erasure.node_timeout
+        # a fragment write taking no bytes and giving no answer this long is handed off
+        self.write_stall = min(config.erasure.write_stall, self.node_timeout / 2)
+        self._rehome_again = False
         # shared by every gateway when the caller passes its store's (gateway/store/erasurequeues.py)
         self.repair_queue: RepairStore = repair_queue or RepairQueue(
             state_dir or config.erasure.state_dir)
@@ -223,18 +226,27 @@ class ErasureCluster(LayoutMixin):
 
     def move_handoffs_home(self) -> None:
         """Start moving the recorded off-home fragments home (erasure/rehome.py) in the
-        background, unless that is running already: a node is back or has room again."""
-        if self._heal_kick is None or (self._rehomer is not None and not self._rehomer.done()):
+        background: a node is back or has room again, or a stalled write's abandoned attempt
+        ended. A call while a run is going makes it run once more (a part recorded after
+        the run looked at it is not missed)."""
+        if self._heal_kick is None:
+            return
+        if self._rehomer is not None and not self._rehomer.done():
+            self._rehome_again = True
             return
         from erasure.rehome import rehome_recorded
 
         async def run() -> None:
-            try:
-                await rehome_recorded(self)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("moving handoff fragments home failed")
+            while True:
+                self._rehome_again = False
+                try:
+                    await rehome_recorded(self)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("moving handoff fragments home failed")
+                if not self._rehome_again:
+                    return
 
         self._rehomer = asyncio.create_task(run())
 
@@ -383,6 +395,11 @@ class ErasureCluster(LayoutMixin):
         fragments of nodes that are down (or out of space) handed off to the next nodes in
         rendezvous order (None when no node is left)."""
         down = {nid for nid, c in self.clients.items() if not c.writable}
+        stalled = {nid for nid in down if self.clients[nid].stalled
+                   and self.clients[nid].up and not self.clients[nid].full}
+        if stalled and sum(nid not in down for nid in self.placement.domain_of) \
+                < self.write_quorum:
+            down -= stalled  # rather wait for a node that stalled once than fail the write
         nodes: list[str | None] | None = None
         weights = self.room_weights(down)
         shares = self.layout.weights()

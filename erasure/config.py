@@ -52,6 +52,12 @@ class ErasureSettings:
     # for the whole cluster, so that rebalancing leaves the foreground its throughput
     move_rate: float = 32 * 1024 * 1024
     move_rate_total: float = 256 * 1024 * 1024
+    # ... and per node while the gateway has foreground S3 requests in flight (0: no slow-down;
+    # the cluster-wide rate is scaled down alike)
+    move_rate_busy: float = 2 * 1024 * 1024
+    # seconds a fragment write may go without the node taking bytes or answering before the
+    # fragment is handed off to another node (used: at most half the node timeout)
+    write_stall: float = 1.5
 
     @property
     def scheme(self) -> Scheme:
@@ -124,7 +130,8 @@ class ClusterConfig:
             "erasure": {"k": e.k, "m": e.m, "segment_size": e.segment_size, "backend": e.backend,
                         "write_quorum": e.write_quorum, "node_timeout": e.node_timeout,
                         "state_dir": e.state_dir, "move_rate": e.move_rate,
-                        "move_rate_total": e.move_rate_total},
+                        "move_rate_total": e.move_rate_total,
+                        "move_rate_busy": e.move_rate_busy, "write_stall": e.write_stall},
         }
         if self.gateway:
             out["gateway"] = dict(self.gateway)
@@ -199,7 +206,8 @@ class _Parser:
     def erasure(self, e: dict, n_nodes: int) -> ErasureSettings:
         d = ErasureSettings()
         self.unknown(e, {"k", "m", "segment_size", "backend", "write_quorum", "node_timeout",
-                         "state_dir", "move_rate", "move_rate_total"}, "erasure")
+                         "state_dir", "move_rate", "move_rate_total", "move_rate_busy",
+                         "write_stall"}, "erasure")
         k = self.get(e, "k", "erasure.k", int, d.k)
         m = self.get(e, "m", "erasure.m", int, d.m)
         if k < 1:
@@ -226,12 +234,16 @@ class _Parser:
             raise self.fail("erasure.node_timeout", f"must be > 0 seconds, got {timeout}")
         state = self.get(e, "state_dir", "erasure.state_dir", str, d.state_dir)
         rates = []
-        for name in ("move_rate", "move_rate_total"):
+        for name in ("move_rate", "move_rate_total", "move_rate_busy"):
             v = self.get(e, name, f"erasure.{name}", (int, float), getattr(d, name))
             if not v >= 0:
                 raise self.fail(f"erasure.{name}", f"must be >= 0 bytes/s (0: unpaced), got {v}")
             rates.append(float(v))
-        return ErasureSettings(k, m, seg, backend, wq, float(timeout), state, *rates)
+        stall = self.get(e, "write_stall", "erasure.write_stall", (int, float), d.write_stall)
+        if not stall > 0:
+            raise self.fail("erasure.write_stall", f"must be > 0 seconds, got {stall}")
+        return ErasureSettings(k, m, seg, backend, wq, float(timeout), state, *rates[:2],
+                               move_rate_busy=rates[2], write_stall=float(stall))
 
     def nodes(self, raw: Any) -> tuple[NodeSpec, ...]:
         if raw is _MISSING or raw == []:

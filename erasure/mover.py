@@ -57,13 +57,15 @@ class Mover:
 
     def __init__(self, cluster: ErasureCluster, index: PartIndex, store: MoveStore, *,
                  owner: str, layout: Callable[[], ClusterLayout],
-                 rate: float = 0.0, rate_total: float = 0.0) -> None:
+                 rate: float = 0.0, rate_total: float = 0.0,
+                 busy: Callable[[], bool] | None = None, busy_rate: float = 0.0) -> None:
         self.cluster = cluster
         self.index = index
         self.store = store
         self.owner = owner
         self.layout = layout
-        self.throttle = Throttle(rate, rate_total)
+        # busy(): the caller's foreground is in flight (then `busy_rate` per node)
+        self.throttle = Throttle(rate, rate_total, busy=busy, busy_rate=busy_rate)
         self.run_lease, self.part_lease = RUN_LEASE, PART_LEASE
         self.retry_after = RETRY_AFTER
         self.parallel = PARALLEL

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -51,11 +51,30 @@ class MoveStore(Protocol):
 
 class Throttle:
     """Paces bytes per node and in all: each bucket books its bytes on a virtual clock at its
-    rate and a caller waits until every bucket it uses is less than `burst` seconds ahead."""
+    rate and a caller waits until every bucket it uses is less than `burst` seconds ahead.
 
-    def __init__(self, per_node: float = 0.0, total: float = 0.0, burst: float = 0.25) -> None:
+    While `busy()` says foreground requests are in flight (the gateway's S3 requests), the
+    rates drop to `busy_rate` per node (the total scaled alike): the mover yields to the
+    foreground, as a zone log's reclaim yields to puts waiting for space, and runs at full
+    rate when idle. Bytes already booked keep their pace."""
+
+    def __init__(self, per_node: float = 0.0, total: float = 0.0, burst: float = 0.25, *,
+                 busy: Callable[[], bool] | None = None, busy_rate: float = 0.0) -> None:
         self.per_node, self.total, self.burst = per_node, total, burst
+        self.busy, self.busy_rate = busy, busy_rate
         self._clock: dict[str, float] = {}
+
+    def rates(self) -> tuple[float, float]:
+        """(per node, total) bytes/s now: lower while the foreground is busy (0 = unpaced)."""
+        per_node, total = self.per_node, self.total
+        slow = self.busy_rate
+        if slow > 0 and self.busy is not None and self.busy():
+            if per_node <= 0 or slow < per_node:
+                scale = slow / per_node if per_node > 0 else 0.0
+                per_node = slow
+                if total > 0 and scale > 0:
+                    total *= scale
+        return per_node, total
 
     def _book(self, name: str, rate: float, n: int, now: float) -> float:
         if rate <= 0:
@@ -64,10 +83,15 @@ class Throttle:
         self._clock[name] = t
         return max(0.0, t - now - self.burst)
 
+    def delay(self, nodes: Iterable[str], n: int, now: float | None = None) -> float:
+        """Book `n` bytes on these nodes' buckets and the total's; the seconds to wait."""
+        now = time.monotonic() if now is None else now
+        per_node, total = self.rates()
+        return max([self._book("*", total, n, now)]
+                   + [self._book(f"node:{x}", per_node, n, now) for x in set(nodes)])
+
     async def take(self, nodes: Iterable[str], n: int) -> None:
-        now = time.monotonic()
-        wait = max([self._book("*", self.total, n, now)]
-                   + [self._book(f"node:{x}", self.per_node, n, now) for x in set(nodes)])
+        wait = self.delay(nodes, n)
         if wait > 0:
             await asyncio.sleep(wait)
 

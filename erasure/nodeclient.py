@@ -109,6 +109,11 @@ def make_session(limit_per_host: int = 64,
     return session
 
 
+class BodyAbandoned(ConnectionError):
+    """Raised by a PUT body its caller gave up on (a stalled write handed off elsewhere):
+    the request is cut, and that is not the node's failure."""
+
+
 class NodeClient:
     def __init__(self, spec: NodeSpec, secret: str, session: aiohttp.ClientSession,
                  timeout: float = 30.0) -> None:
@@ -135,10 +140,22 @@ class NodeClient:
         self.ready: dict[str, Any] = {}  # the node's last /health/ready answer
         self.drives: list[dict[str, Any]] | None = None  # its drives in the last /v1/stats
         self.observers = _observers.get(session, ()) if session is not None else ()
+        # a write here took no bytes and gave no answer (erasure/writer.py): no new archives
+        # until this monotonic time, or until a write here succeeds
+        self.stalled_until = 0.0
+
+    @property
+    def stalled(self) -> bool:
+        return bool(self.stalled_until) and time.monotonic() < self.stalled_until
 
     @property
     def writable(self) -> bool:
-        return self.up and not self.full
+        return self.up and not self.full and not self.stalled
+
+    def note_stalled(self, seconds: float) -> None:
+        """A write here made no progress: place no new archives here for `seconds` (until
+        then the health check's timeout may say whether the node is down)."""
+        self.stalled_until = time.monotonic() + seconds
 
     # -- space -------------------------------------------------------------------------------
 
@@ -285,8 +302,12 @@ class NodeClient:
         except NodeError:
             raise
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            if isinstance(e, BodyAbandoned) or isinstance(e.__cause__, BodyAbandoned):
+                # we cut it (aiohttp wraps the body's error): the node took bytes, it is up
+                raise NodeUnavailable(self.id, 0, "abandoned", str(e)) from e
             raise self._down(e) from e
         self.up = True
+        self.stalled_until = 0.0
         return out
 
     async def head(self, record_id: str) -> RecordHead:
@@ -362,9 +383,11 @@ class NodeClient:
             ) as resp:
                 raw = await resp.read()
                 text = raw[:300].decode(errors="replace")
-                self.up = resp.status == 200
+                was_up, self.up = self.up, resp.status == 200
                 if self.up:
                     self._note_ready(raw)
+                    if not was_up:  # back from down: a stall before it is forgotten
+                        self.stalled_until = 0.0
                 self.last_error = None if self.up else (
                     f"/health/ready answered {resp.status}: {text}")
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:

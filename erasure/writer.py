@@ -13,6 +13,16 @@ lost fragment: its archive is handed off to the next writable node in the part's
 order, replaying what was already sent. The node answers 507 before it reads the body (aiohttp sends the headers
 with the first batch), so each upload keeps its first REPLAY_LIMIT bytes for that; a failure
 after them costs the fragment (repair rebuilds it).
+
+A node that stalls (hung, SIGSTOPped: its kernel still takes connections and some bytes) is
+handed off the same way once it has taken no bytes and given no answer for the cluster's
+`write_stall` (`[erasure] write_stall`, 1.5 s; a slow node that keeps taking bytes is waited
+for), instead of holding the part for the node timeout; the node takes no new archives for
+STALLED_FOR. The abandoned request is left to end by itself (cut if the node asks for more of
+its body, so a partial archive is never committed); its node may still commit a whole archive
+it had all the bytes of, so the part is recorded as a handoff and, once that request ended,
+rehome (erasure/rehome.py) keeps one copy of the fragment: a copy never outlives the part
+unaccounted, and the audit and `zonegate repair` see it as the part's.
 """
 
 from __future__ import annotations
@@ -29,8 +39,8 @@ import crc32c
 from erasure.codec import segments
 from erasure.errors import QuorumError
 from erasure.layout import PartLayout, PartResult, archive_id, archive_metas
-from erasure.nodeclient import NodeClient, NodeError, NodeUnavailable
-from erasure.rehome import off_home
+from erasure.nodeclient import BodyAbandoned, NodeClient, NodeError, NodeUnavailable
+from erasure.rehome import off_home, rehome_part
 from zonestore.ids import validate_record_id
 
 if TYPE_CHECKING:
@@ -45,6 +55,22 @@ SEND_BATCH = 1024 * 1024
 MAX_META = 64 * 1024  # a node refuses larger metadata blobs (docs/design.md)
 REPLAY_LIMIT = 2 * SEND_BATCH  # bytes of an archive kept to replay on a handoff node (507)
 MAX_HANDOFFS = 3  # full nodes one archive may move away from
+# A node that stalled a write gets no new archives for this long (about the reader's
+# SLOW_FOR: by then the health check has said whether it is down)
+STALLED_FOR = 10.0
+ABANDONED_TRIES = 3  # rehomes of a part after its stalled request ended
+
+
+class WriteStalled(NodeUnavailable):
+    """A fragment write took no bytes and gave no answer for the stall limit."""
+
+
+class _Attempt:
+    """One PUT of an archive: whether it waits on its node (since when) or was abandoned."""
+
+    def __init__(self) -> None:
+        self.waiting_since: float | None = time.monotonic()  # None: waits for our bytes
+        self.abandoned = False
 
 
 class ArchiveUpload:
@@ -52,10 +78,15 @@ class ArchiveUpload:
     its node is full, see the module docstring)."""
 
     def __init__(self, index: int, client: NodeClient,
-                 handoff: Callable[[ArchiveUpload], NodeClient | None] | None = None) -> None:
+                 handoff: Callable[[ArchiveUpload], NodeClient | None] | None = None,
+                 stall: float | None = None,
+                 abandoned: Callable[[NodeClient, asyncio.Future], None] | None = None
+                 ) -> None:
         self.index = index
         self.client = client
         self.handoff = handoff
+        self.stall = stall  # seconds without progress before a handoff (None: node timeout)
+        self.abandoned = abandoned  # told of each stalled request left running
         self.q: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUE_DEPTH)
         self.task: asyncio.Task | None = None
         self.error: BaseException | None = None
@@ -74,10 +105,11 @@ class ArchiveUpload:
         else:
             self.replay.append(item)
 
-    async def _body(self):
+    async def _body(self, att: _Attempt):
         batch: list[bytes] = list(self.replay or ())  # a handed-off upload starts again
         size = sum(map(len, batch))
         while not self.ended:
+            att.waiting_since = None  # waiting for the encoder, not for the node
             item = await self.q.get()
             if item is None:
                 self.ended = True
@@ -86,31 +118,76 @@ class ArchiveUpload:
             batch.append(item)
             size += len(item)
             if size >= SEND_BATCH:
+                att.waiting_since = time.monotonic()
                 yield batch[0] if len(batch) == 1 else b"".join(batch)
+                self._went_on(att)
                 batch, size = [], 0
         if batch:
+            att.waiting_since = time.monotonic()
             yield batch[0] if len(batch) == 1 else b"".join(batch)
+            self._went_on(att)
+        att.waiting_since = time.monotonic()  # the metadata blob, then the node's answer
+
+    @staticmethod
+    def _went_on(att: _Attempt) -> None:
+        """The node took the last batch: unless this request was given up (then cut it, so
+        that its node commits nothing, and leave the queue to the upload's next request)."""
+        if att.abandoned:
+            raise BodyAbandoned("fragment write given up after a stall")
+
+    async def _attempt(self, record_id: str, length: int, stream: str) -> dict:
+        """One PUT to the current node; with a stall limit, WriteStalled once it took no bytes
+        and gave no answer that long (the request is left running, see the module doc)."""
+        att = _Attempt()
+        put = self.client.put(record_id, self._body(att), length=length, stream=stream,
+                              meta=lambda: self.meta or b"")
+        if self.stall is None:
+            return await put
+        task = asyncio.ensure_future(put)
+        try:
+            while True:
+                since = att.waiting_since
+                left = self.stall if since is None else since + self.stall - time.monotonic()
+                if left <= 0:
+                    break
+                done, _ = await asyncio.wait({task}, timeout=left)
+                if done:
+                    return task.result()
+        except BaseException:
+            task.cancel()
+            raise
+        att.abandoned = True
+        if task.done():  # it ended as we gave up on it
+            return task.result()
+        self.client.note_stalled(STALLED_FOR)
+        if self.abandoned is not None:
+            self.abandoned(self.client, task)
+        else:
+            task.cancel()
+        raise WriteStalled(self.client.id, 0, "stalled",
+                           f"no bytes taken and no answer for {self.stall} s")
 
     async def _put(self, record_id: str, length: int, stream: str) -> dict:
         while True:
             try:
-                return await self.client.put(record_id, self._body(), length=length,
-                                             stream=stream, meta=lambda: self.meta or b"")
+                return await self._attempt(record_id, length, stream)
             except NodeError as e:
-                # 507, or the connection cut by a node that is still up (a node that refuses
-                # a body before reading it closes the connection, and the reset may beat its
-                # answer to us); a node that is gone costs the fragment, as before
+                # 507, a stall, or the connection cut by a node that is still up (a node that
+                # refuses a body before reading it closes the connection, and the reset may
+                # beat its answer to us); a node that is gone costs the fragment, as before
+                stalled = isinstance(e, WriteStalled)
                 movable = e.status == 507 or isinstance(e, NodeUnavailable)
                 if (not movable or self.replay is None or self.handoff is None
                         or len(self.moved_from) >= MAX_HANDOFFS):
                     raise
-                if e.status != 507 and not await self.client.check():
+                if not stalled and e.status != 507 and not await self.client.check():
                     raise
                 nxt = self.handoff(self)
                 if nxt is None:
                     raise
+                why = "is full" if e.status == 507 else "stalled" if stalled else "failed"
                 log.info("%s: %s %s, fragment goes to %s instead", record_id, self.client.id,
-                         "is full" if e.status == 507 else "failed", nxt.id)
+                         why, nxt.id)
                 self.moved_from.append(self.client.id)
                 self.client = nxt
 
@@ -167,11 +244,21 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
     timeout = cluster.node_timeout
     sinks: dict[int, ArchiveUpload] = {}
 
+    stalls: list[str] = []
+
     def handoff(_: ArchiveUpload) -> NodeClient | None:
         # synchronous: the chosen node is this upload's before any other upload can choose
         return cluster.handoff(part_uid, {s.client.id for s in sinks.values()})
 
-    sinks.update({i: ArchiveUpload(i, cluster.clients[nid], handoff)
+    def abandoned(client: NodeClient, request: asyncio.Future) -> None:
+        if not stalls:
+            cluster.handoffs.add(part_uid)  # before any copy can be left: see the module doc
+        stalls.append(client.id)
+        cluster.stats["stalled_writes"] += 1
+        _watch_abandoned(cluster, part_uid, client, request)
+
+    sinks.update({i: ArchiveUpload(i, cluster.clients[nid], handoff, cluster.write_stall,
+                                   abandoned)
                   for i, nid in enumerate(targets) if nid})
     if len(sinks) < cluster.write_quorum:
         down = "; ".join(f"{c.id}: {c.last_error}" for c in cluster.clients.values() if not c.up)
@@ -231,7 +318,8 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
                         {i: placed.get(i) or targets[i] or primary[i] for i in range(scheme.n)},
                         missing, crc)
     cluster.stats["parts_written"] += 1
-    if off_home(cluster, part_uid, {i: layout.placement[i] for i in placed if i not in missing}):
+    if stalls or off_home(cluster, part_uid,
+                          {i: layout.placement[i] for i in placed if i not in missing}):
         cluster.handoffs.add(part_uid)  # moved home once its home takes writes again
     moved = sum(1 for s in sinks.values() if s.moved_from and s.alive)
     if moved:
@@ -243,6 +331,41 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
         log.warning("part %s written without fragments %s: %s", part_uid, missing, reasons)
         await cluster.note_damage(layout, missing, f"write: {reasons}")
     return layout
+
+
+def _watch_abandoned(cluster: ErasureCluster, part_uid: str, client: NodeClient,
+                     request: asyncio.Future) -> None:
+    """Once a stalled request ends (its node committed the archive, cut it, or the node
+    timeout ran out; a commit also starts a run over every recorded handoff, like a node's
+    return), rehome the part: it keeps one copy of each fragment (the home's),
+    deleting a copy the stalled node committed late. Its handoff record is set again first
+    (a rehome run may have cleared it before the late commit) and stays until that is done."""
+    async def watch() -> None:
+        try:
+            await request
+            log.info("%s: the stalled write to %s was committed late", part_uid, client.id)
+            # the node answers again: what was placed off it meanwhile may go home now
+            cluster.move_handoffs_home()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - cut short or timed out: nothing more to wait for
+            pass
+        cluster.stats["stalled_writes_ended"] += 1
+        cluster.handoffs.add(part_uid)
+        for attempt in range(ABANDONED_TRIES):
+            try:
+                if await rehome_part(cluster, part_uid) == 0:
+                    cluster.handoffs.done(part_uid)
+                    return
+            except NodeError as e:
+                log.info("%s: rehome after a stalled write: %s", part_uid, e)
+            # the home still stalled or down, or another worker holds the part: later (the
+            # record makes the node's return, or `zonegate repair`, finish it)
+            await asyncio.sleep(STALLED_FOR * (attempt + 1))
+
+    t = asyncio.create_task(watch())
+    cluster._wakers.add(t)  # cancelled by close(); the handoff record stays for a later run
+    t.add_done_callback(cluster._wakers.discard)
 
 
 async def _abort(cluster: ErasureCluster, part_uid: str, sinks: dict[int, ArchiveUpload]) -> None:

@@ -95,8 +95,11 @@ class Gateway:
         self.mover: Any = None
         cluster = getattr(self.storage, "cluster", None)
         if getattr(cluster, "layout", None) is not None:
+            from gateway.server.metrics import s3_requests_in_flight
             from gateway.store.movework import MoverService
-            self.mover = MoverService.from_gateway(config, cluster, self.store)
+            # the mover slows to [erasure] move_rate_busy while S3 requests are in flight
+            self.mover = MoverService.from_gateway(config, cluster, self.store,
+                                                   busy=lambda: s3_requests_in_flight() > 0)
 
     def kick_sweeper(self) -> None:
         """Wake the sweeper: a commit just queued fragments to delete."""

@@ -401,6 +401,15 @@ def operation_of(scope: Scope) -> str:
     return OPERATION_NAMES.get(name, UNKNOWN_OPERATION)
 
 
+_s3_in_flight = 0  # this process's S3 requests being handled (not health checks or scrapes)
+
+
+def s3_requests_in_flight() -> int:
+    """S3 requests this process is handling now: the foreground the data mover yields to
+    (gateway/store/movework.py)."""
+    return _s3_in_flight
+
+
 class MetricsMiddleware:
     """ASGI middleware counting every S3 request: operation, status, bytes, latencies."""
 
@@ -438,11 +447,15 @@ class MetricsMiddleware:
                 sent += len(message.get("body", b""))
             await send(message)
 
+        global _s3_in_flight
+        s3 = op != UNKNOWN_OPERATION
         m.in_flight.inc()
+        _s3_in_flight += s3
         try:
             await self.app(scope, counting_receive, counting_send)
         finally:
             m.in_flight.dec()
+            _s3_in_flight -= s3
             # a request that died before answering counts as a 500 (uvicorn sends one)
             m.request_counter(op, status or 500).inc()
             duration.observe(time.perf_counter() - start)

@@ -4,7 +4,8 @@ or a crashed mover left a run or parts unfinished. Every gateway runs one; the r
 one of them move at a time, and another resumes its run if it dies.
 
 Settings: `[erasure] move_rate` / `move_rate_total` (bytes/s per node and for the whole
-cluster), `[gateway] mover_interval_seconds` (default 10; 0 = no mover in this gateway),
+cluster; `move_rate_busy` per node while this gateway handles S3 requests: the mover yields
+to the foreground), `[gateway] mover_interval_seconds` (default 10; 0 = no mover in this gateway),
 `mover_lease_seconds` (the run's and each part's lease: how soon another gateway takes over
 from a dead mover; default 30 s for the run, 300 s for a part)."""
 
@@ -16,6 +17,7 @@ import logging
 import os
 import secrets
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from erasure.mover import Mover, RunState
@@ -33,23 +35,29 @@ def owner_id() -> str:
 
 class MoverService:
     def __init__(self, cluster: Any, store: Any, *, interval: float = DEFAULT_INTERVAL,
-                 rate: float = 0.0, rate_total: float = 0.0) -> None:
+                 rate: float = 0.0, rate_total: float = 0.0, busy_rate: float = 0.0,
+                 busy: Callable[[], bool] | None = None) -> None:
         self.cluster = cluster
         self.interval = interval
         self.mover = Mover(cluster, StorePartIndex(store), StoreMoveLeases(store),
                            owner=owner_id(), layout=lambda: cluster.layout, rate=rate,
-                           rate_total=rate_total)
+                           rate_total=rate_total, busy=busy,
+                           busy_rate=busy_rate)
         self._task: asyncio.Task | None = None
         self._kick = asyncio.Event()
 
     @classmethod
-    def from_gateway(cls, config: Any, cluster: Any, store: Any) -> MoverService:
+    def from_gateway(cls, config: Any, cluster: Any, store: Any,
+                     busy: Callable[[], bool] | None = None) -> MoverService:
+        """The gateway's mover; `busy()` says whether the gateway is handling S3 requests
+        (the app's: gateway/server/metrics.py counts them)."""
         gw = dict(getattr(config, "gateway", None) or {})
         e = getattr(config, "erasure", None)
         svc = cls(cluster, store,
                   interval=float(gw.get("mover_interval_seconds", DEFAULT_INTERVAL)),
                   rate=float(getattr(e, "move_rate", 0.0) or 0.0),
-                  rate_total=float(getattr(e, "move_rate_total", 0.0) or 0.0))
+                  rate_total=float(getattr(e, "move_rate_total", 0.0) or 0.0),
+                  busy_rate=float(getattr(e, "move_rate_busy", 0.0) or 0.0), busy=busy)
         if "mover_lease_seconds" in gw:  # how soon another gateway takes over a dead mover
             lease = float(gw["mover_lease_seconds"])
             svc.mover.run_lease = svc.mover.part_lease = lease

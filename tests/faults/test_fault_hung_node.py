@@ -4,7 +4,9 @@ writes to the other nodes, degraded reads from the other fragments), no client w
 its own timeout, and once the node runs again (SIGCONT) the cluster is whole.
 
 The real gateway over 6 real nodes (k=4, m=2), with the node timeout shortened in the cluster
-config so that the test is quick; the code paths are those of the default 30 s.
+config so that the test is quick; the code paths are those of the default 30 s. The second
+test keeps the default 30 s node timeout: a write hands a frozen node's fragment to another
+node after `[erasure] write_stall` (issue 23), well before that timeout.
 """
 
 from __future__ import annotations
@@ -13,14 +15,19 @@ import io
 import json
 import os
 import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
+import boto3
 import pytest
 from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
 
 from erasure.config import ClusterConfig, write_config
-from tests.support.gwcluster import Gateway, wait_for
+from tests.support.gwcluster import _NO_PROXY as _SIGNED_OPENER
+from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -80,6 +87,93 @@ def test_a_frozen_node_does_not_stall_clients(tmp_path):
             assert fresh.get_object(Bucket="hung", Key=key)["Body"].read() == body, key
         fresh.put_object(Bucket="hung", Key="after", Body=b"whole again")
         assert fresh.get_object(Bucket="hung", Key="after")["Body"].read() == b"whole again"
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        g.stop()
+
+
+def archives_by_node(g: Gateway) -> dict[str, set[str]]:
+    """Node id -> the archive record ids it holds (the signed node listing)."""
+    from urllib.parse import urlencode
+    out: dict[str, set[str]] = {}
+    for i, url in enumerate(g.nodes.urls):
+        ids = out.setdefault(g.nodes.ids[i], set())
+        after = ""
+        while True:
+            q = {"prefix": "", "after": after, "limit": "1000"}
+            req = urllib.request.Request(f"{url}/v1/records?{urlencode(q)}",
+                                         headers=g.nodes.headers(i, "GET", "/v1/records", q))
+            with _SIGNED_OPENER.open(req, timeout=10) as resp:
+                doc = json.load(resp)
+            ids.update(r["id"] for r in doc["records"])
+            if not doc.get("next"):
+                break
+            after = doc["next"]
+    return out
+
+
+def copies(g: Gateway) -> dict[str, list[str]]:
+    """Archive id -> the nodes holding it."""
+    out: dict[str, list[str]] = {}
+    for node, ids in archives_by_node(g).items():
+        for rid in ids:
+            out.setdefault(rid, []).append(node)
+    return out
+
+
+def test_puts_hand_a_frozen_nodes_fragments_to_other_nodes(tmp_path):
+    g = Gateway(tmp_path, nodes=7, workers=1)  # a node beyond k+m to hand off to
+    g.start()
+    stopped = None
+    try:
+        g.stop_gateway()
+        with_node_timeout(g, 30.0)  # the default: what a PUT used to wait for a frozen node
+        g.start_gateway()
+        # One attempt (botocore's legacy max_attempts still retries once, and the retry
+        # would find the node marked down by then), a read timeout of half the node
+        # timeout: a PUT that waits for the frozen node's answer fails here.
+        s3 = boto3.client("s3", endpoint_url=g.endpoint, aws_access_key_id=ACCESS_KEY,
+                          aws_secret_access_key=SECRET_KEY, region_name="us-east-1",
+                          config=Config(s3={"addressing_style": "path"}, read_timeout=15,
+                                        connect_timeout=10,
+                                        retries={"mode": "standard", "total_max_attempts": 1}))
+        s3.create_bucket(Bucket="frozen")
+        s3.put_object(Bucket="frozen", Key="warm", Body=b"x" * 100_000)
+        stopped = g.nodes.pid(0)
+        os.kill(stopped, signal.SIGSTOP)
+        # several segments each: every node gets fragments of every object
+        bodies = {f"k{i}": os.urandom(3 * 1024 * 1024 + i * 411_000) for i in range(5)}
+        for key, body in bodies.items():
+            s3.put_object(Bucket="frozen", Key=key, Body=body)
+        for key, body in bodies.items():  # still frozen: read from the other nodes
+            assert s3.get_object(Bucket="frozen", Key=key)["Body"].read() == body, key
+
+        os.kill(stopped, signal.SIGCONT)
+        stopped = None
+        assert wait_for(lambda: cluster_health(g)["nodes_down"] == [], timeout=60)
+        fresh = g.client(read_timeout=30)
+        for key, body in bodies.items():
+            assert fresh.get_object(Bucket="frozen", Key=key)["Body"].read() == body, key
+
+        # Once the abandoned requests ended and the handoffs went home (no handoff record
+        # left), every fragment is held once: a whole archive the frozen node committed
+        # late is not left beside its handoff copy.
+        handoffs = tmp_path / "erasure" / "handoff"
+
+        def settled() -> bool:
+            if handoffs.is_dir() and any(not p.name.startswith(".") for p in handoffs.iterdir()):
+                return False
+            return all(len(nodes) == 1 for nodes in copies(g).values())
+        assert wait_for(settled, timeout=90), (
+            {rid: nodes for rid, nodes in copies(g).items() if len(nodes) > 1},
+            sorted(p.name for p in handoffs.iterdir()) if handoffs.is_dir() else None,
+            g.log_tail(40))
+        # every archive on the frozen node is owned (no orphan), and nothing to rebuild
+        r = subprocess.run([sys.executable, "-m", "gateway.cli", "repair", "--audit",
+                            "--config", str(g.config_path)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
     finally:
         if stopped is not None:
             os.kill(stopped, signal.SIGCONT)

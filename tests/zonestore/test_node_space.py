@@ -97,3 +97,39 @@ async def test_background_reclaim_frees_the_zones_of_deleted_records(tmp_path, s
         for rid in ids:
             assert (await put(session, c, rid + "b", os.urandom(MiB - 64 * 1024), "ckpt2"))[0] \
                 == 201
+
+
+async def test_a_streamed_put_refused_for_space_reads_507_not_a_broken_connection(tmp_path):
+    # The node answers 507 before reading the body; the gateway's client is still sending it
+    # (chunked, as erasure/nodeclient.py streams fragments). Closing at once made the client's
+    # next write fail (EPIPE/RST) before it read the answer: a full node looked down.
+    from erasure.config import NodeSpec
+    from erasure.nodeclient import NodeClient, NodeError, NodeUnavailable, make_session
+
+    async def body(n: int):
+        for _ in range(n // 65536):
+            yield b"j" * 65536
+
+    with NodeCluster(tmp_path, 1, drives_per_node=1, geometry=TINY,
+                     extra_args=["--reclaim-interval", "0"]) as c:
+        spec = NodeSpec(c.ids[0], c.urls[0], "d0", tuple(str(d) for d in c.drive_paths(0)))
+        session = make_session()
+        client = NodeClient(spec, c.secret, session)
+        try:
+            stored = 0
+            refusals: list[str] = []
+            for i in range(60):
+                size = 256 * 1024
+                try:
+                    await client.put(f"r{i:03d}", body(size), length=size, stream=f"s{i % 3}",
+                                     meta=b"{}")
+                    stored += 1
+                except NodeUnavailable as e:
+                    refusals.append(f"unavailable: {e}")
+                except NodeError as e:
+                    refusals.append(str(e.status))
+            assert stored >= 16, stored  # 8 MiB of zones took data first
+            assert refusals and set(refusals) == {"507"}, refusals
+            assert client.full
+        finally:
+            await session.close()

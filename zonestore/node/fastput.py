@@ -81,11 +81,16 @@ MAX_HEAD = 64 * 1024  # a head not complete within this goes to aiohttp (which m
 MAX_PENDING = 64 * 1024  # bytes of a next request buffered while a PUT is being answered
 HIGH_WATER = 2 * CHUNK  # body bytes buffered before the socket is paused
 KEEPALIVE_TIMEOUT = 75.0  # aiohttp's: an idle keep-alive connection is closed after this
+# After an answer given before the body was read (a 507, a refusal), the rest of the body is
+# read and dropped for a while before the connection closes (a "lingering close"): closed
+# with unread bytes, the kernel resets it, and a client still sending never reads the answer.
+LINGER_BYTES = 8 * 1024 * 1024
+LINGER_SECONDS = 2.0
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
 _CLOSE = "Connection: close\r\n"
 
 # Connection modes.
-_HEAD, _BODY, _WAIT, _AIO, _GONE = range(5)
+_HEAD, _BODY, _WAIT, _AIO, _GONE, _LINGER = range(6)
 # Chunked-body states.
 _C_SIZE, _C_DATA, _C_CRLF, _C_TRAILER = range(4)
 
@@ -228,6 +233,7 @@ class LeanProtocol(asyncio.Protocol):
         self._trailers = 0
         self._paused = False
         self._idle: asyncio.TimerHandle | None = None
+        self._linger_left = 0  # bytes still dropped before a lingering close (_LINGER)
         self._task: asyncio.Task | None = None
         self._aio: Any = None  # aiohttp's RequestHandler answering a request delegated to it
         self._aio_left = 0  # bytes of that request not yet passed to it
@@ -286,6 +292,10 @@ class LeanProtocol(asyncio.Protocol):
             self._buf += data
             if len(self._buf) > MAX_PENDING:
                 self.pause()
+        elif mode == _LINGER:
+            self._linger_left -= len(data)
+            if self._linger_left <= 0:
+                self.close()
 
     def eof_received(self) -> bool | None:
         # None lets the transport close; a body cut short then fails with "Connection lost" in
@@ -552,6 +562,8 @@ class LeanProtocol(asyncio.Protocol):
             if not req.body.complete or req.body.size:
                 close = True  # the rest of an unwanted body is not read
             self._respond(status, text, headers, close)
+            if close and self._mode == _BODY:
+                self._linger()
         except Exception:  # noqa: BLE001 - a bug here must not leave the connection hanging
             log.exception("internal error answering PUT %s", req.raw_path)
             close = True
@@ -574,9 +586,21 @@ class LeanProtocol(asyncio.Protocol):
                 f"Content-Length: {len(body)}\r\nDate: {rfc822_formatted_time()}\r\n"
                 f"Server: {SERVER_SOFTWARE}\r\n{_CLOSE if close else ''}\r\n")
         transport.write(head.encode("latin-1") + body)
-        if close:
+        if close and self._mode != _BODY:
             self._mode = _GONE
             transport.close()
+
+    def _linger(self) -> None:
+        """Answered while the body still comes: drop what arrives (LINGER_BYTES at most, for
+        LINGER_SECONDS at most), then close."""
+        self._mode = _LINGER
+        self._linger_left = LINGER_BYTES
+        self._body = None
+        self._cancel_idle()
+        self._idle = self.loop.call_later(LINGER_SECONDS, self.close)
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
 
     def _next(self) -> None:
         """The PUT is answered and the connection stays: read the next request."""

@@ -53,11 +53,14 @@ def cluster(tmp_path_factory):
 class Serve:
     """One `zonegate serve` process over the cluster, with or without TLS."""
 
-    def __init__(self, cluster: Gateway, tls: bool, log: Path) -> None:
+    def __init__(self, cluster: Gateway, tls: bool, log: Path,
+                 shutdown_timeout: float | None = None) -> None:
         self.cluster, self.tls, self.log = cluster, tls, log
         self.cert: Path | None = None
         argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cluster.config_path),
                 "--workers", str(WORKERS), "--log-level", "info"]
+        if shutdown_timeout is not None:
+            argv += ["--shutdown-timeout", str(shutdown_timeout)]
         if tls:
             self.cert, key = ensure_self_signed(cluster.root / "tls")
             argv += ["--tls-cert", str(self.cert), "--tls-key", str(key)]
@@ -120,8 +123,8 @@ class Serve:
 def serve(cluster, tmp_path):
     started: list[Serve] = []
 
-    def start(tls: bool) -> Serve:
-        s = Serve(cluster, tls, tmp_path / f"serve-{len(started)}.log")
+    def start(tls: bool, shutdown_timeout: float | None = None) -> Serve:
+        s = Serve(cluster, tls, tmp_path / f"serve-{len(started)}.log", shutdown_timeout)
         started.append(s)
         return s
 
@@ -207,7 +210,8 @@ def test_request_in_flight_at_sigterm_finishes_and_is_stored(serve):
 
 
 def test_a_stalled_request_does_not_hold_the_gateway_after_sigterm(serve):
-    s = serve(True)
+    # a shutdown timeout shorter than the default 5 s: the test waits it out
+    s = serve(True, shutdown_timeout=2)
     s.s3().create_bucket(Bucket="stalled")
     conn = start_put(s, "/stalled/obj", b"x" * 65536, 1024 * 1024)  # never sends the rest
     assert s.terminate() == 0

@@ -238,27 +238,22 @@ def test_a_stalled_upload_times_out_and_stores_nothing(gw):
     with connect(gw.port) as s:
         s.sendall(unsigned_put_head(gw.port, "/lim/stalled", 4 * 1024 * 1024))
         s.sendall(b"x" * (1536 * 1024))  # more than a segment: fragments reach the nodes
-        t0 = time.monotonic()
         status, _, body, closed = read_response(s)
-        print("RESPONSE AFTER", time.monotonic() - t0)
     assert (status, code_of(body)) == (400, "RequestTimeout") and closed
     s3 = gw.client()
-    print("A", time.monotonic() - t0)
     with pytest.raises(ClientError) as e:
         s3.head_object(Bucket="lim", Key="stalled")
-    print("B", time.monotonic() - t0)
     assert e.value.response["Error"]["Code"] == "404"
     assert wait_for(lambda: archive_ids(gw) == before, timeout=30)
-    print("C", time.monotonic() - t0)
     # A client that keeps sending, however slowly, is not cut off.
     with connect(gw.port) as s:
         body = b"y" * 300_000
         s.sendall(unsigned_put_head(gw.port, "/lim/slow", len(body)))
         for i in range(0, len(body), 100_000):
+            if i:  # pauses well inside the timeout, adding up to more than it
+                time.sleep(BODY_TIMEOUT * 0.6)
             s.sendall(body[i:i + 100_000])
-            time.sleep(BODY_TIMEOUT / 2)
         status, _, answer, _ = read_response(s)
-    print("D", time.monotonic() - t0)
     assert status == 200, answer
     assert s3.get_object(Bucket="lim", Key="slow")["Body"].read() == body
     s3.close()
@@ -303,6 +298,19 @@ def test_connections_beyond_the_bound_get_slowdown(gw, tmp_path):
         bounded.stop_gateway()
 
 
+def server_side_established(server_port: int, client: socket.socket) -> bool:
+    """Whether the gateway's end of `client`'s connection is still ESTABLISHED, from the
+    kernel's table (/proc/net/tcp): its close shows there at once, even while its FIN waits
+    behind unsent bytes for a window the client never opens; nothing is read."""
+    local, remote = f":{server_port:04X}", f":{client.getsockname()[1]:04X}"
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            _, loc, rem, state = line.split()[:4]
+            if loc.endswith(local) and rem.endswith(remote):
+                return state == "01"
+    return False  # gone altogether: reset
+
+
 def test_a_download_nobody_reads_is_cut_off(gw):
     s3 = gw.client()
     body = os.urandom(6 * 1024 * 1024)
@@ -315,7 +323,8 @@ def test_a_download_nobody_reads_is_cut_off(gw):
     try:
         s.connect(("127.0.0.1", gw.port))
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{gw.port}\r\n\r\n".encode())
-        time.sleep(SEND_TIMEOUT + 4)  # read nothing
+        # read nothing (that would move the download on) until the gateway gives up on us
+        assert wait_for(lambda: not server_side_established(gw.port, s), timeout=WAIT)
         got = 0
         try:
             while chunk := s.recv(1 << 20):

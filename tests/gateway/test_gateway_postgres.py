@@ -242,7 +242,8 @@ def test_sigkill_mid_commit_loses_nothing_acknowledged(cluster: Gateway, pg: PgS
     # Fragments of writes cut before their commit are found and swept (pending grace 2 s):
     # what stays on the nodes is exactly the committed objects' fragments.
     per_object = cluster.k + cluster.m
-    time.sleep(2.5)
+    # no fixed wait past the grace: the sweeper takes each mark once it is due (it sleeps
+    # no longer than the grace), polled for below
     s3.put_object(Bucket="kill", Key="poke", Body=b"p")  # wakes the sweeper
     assert wait_for(lambda: len(archive_ids(cluster) - base) == per_object * (len(committed) + 1),
                     timeout=60), (len(archive_ids(cluster) - base), len(committed))
@@ -294,7 +295,7 @@ def test_database_crash_under_writes_leaves_no_half_commit(cluster: Gateway,
     assert set(acked) <= {o["Key"] for o in committed}
     for o in committed:
         assert len(s3.get_object(Bucket="dbcrash", Key=o["Key"])["Body"].read()) == o["Size"]
-    time.sleep(2.5)  # past the pending grace
+    # the refused PUTs' marks are swept once past the pending grace: polled for below
     s3.put_object(Bucket="dbcrash", Key="poke", Body=b"p")
     per_object = cluster.k + cluster.m
     assert wait_for(lambda: len(archive_ids(cluster) - base) == per_object * (len(committed) + 1),

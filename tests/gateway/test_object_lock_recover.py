@@ -10,7 +10,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.gateway.test_recover_versions import backend, lose_the_store, zonegate  # noqa: F401
+from tests.gateway.test_recover_versions import (  # noqa: F401
+    backend,
+    lose_the_store,
+    pg_server,
+    zonegate,
+)
 from tests.support.gwcluster import Gateway
 
 pytestmark = pytest.mark.timeout(300)

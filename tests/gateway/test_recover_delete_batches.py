@@ -13,7 +13,12 @@ import threading
 
 import pytest
 
-from tests.gateway.test_recover_versions import backend, lose_the_store, zonegate  # noqa: F401
+from tests.gateway.test_recover_versions import (  # noqa: F401
+    backend,
+    lose_the_store,
+    pg_server,
+    zonegate,
+)
 from tests.support.gwcluster import Gateway, archive_ids, put_many, wait_for
 from tests.support.s3versions import versions_of
 

@@ -18,7 +18,7 @@ from boto3.s3.transfer import TransferConfig
 
 from erasure.config import write_config
 from tests.support.gwcluster import Gateway, archive_ids, wait_for
-from tests.support.pgserver import PgServer, skip_reason
+from tests.support.pgserver import PgServer, pg_server, skip_reason  # noqa: F401
 from tests.support.s3versions import versions_of
 
 pytestmark = pytest.mark.timeout(300)
@@ -49,16 +49,13 @@ def snapshot(g: Gateway, s3, buckets: list[str]) -> dict:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request):
-    """None for the embedded store, else a PostgreSQL server."""
+    """None for the embedded store, else the session's PostgreSQL server (each test makes
+    its own databases in it: `new_database`), not an initdb per test."""
     if request.param == "sqlite":
-        yield None
-        return
+        return None
     if skip_reason() is not None:
         pytest.skip(skip_reason() or "")
-    server = PgServer()
-    server.start()
-    yield server
-    server.destroy()
+    return request.getfixturevalue("pg_server")
 
 
 def lose_the_store(g: Gateway, pg: PgServer | None) -> None:

@@ -70,7 +70,7 @@ CENSUS_MAX_AGE = 300.0  # seconds a count of the parts below full redundancy is 
 
 class ErasureCluster(LayoutMixin):
     def __init__(self, config: ClusterConfig, *, state_dir: str | Path | None = None,
-                 health_interval: float = 5.0, auto_repair: bool = True,
+                 health_interval: float | None = None, auto_repair: bool = True,
                  full_headroom: int | None = None, repair_queue: RepairStore | None = None,
                  deletions: DeletionStore | None = None, layout: ClusterLayout | None = None,
                  layout_store: LayoutStore | None = None,
@@ -99,7 +99,9 @@ class ErasureCluster(LayoutMixin):
         self.deletions: DeletionStore = deletions or Deletions(
             state_dir or config.erasure.state_dir)
         self.handoffs = Handoffs(state_dir or config.erasure.state_dir)
-        self.health_interval = health_interval
+        # None: the config's `[erasure] health_interval`; 0: no health checks (CLI tools)
+        self.health_interval = config.erasure.health_interval if health_interval is None \
+            else health_interval
         self.full_headroom = (2 * self.codec.fragment_size(self.scheme.segment_size)
                               if full_headroom is None else full_headroom)
         # told the sorted ids of the full nodes whenever that set changes (gateway metrics)

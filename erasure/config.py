@@ -58,6 +58,9 @@ class ErasureSettings:
     # seconds a fragment write may go without the node taking bytes or answering before the
     # fragment is handed off to another node (used: at most half the node timeout)
     write_stall: float = 1.5
+    # seconds between the gateway's health checks of every node (how soon a node's return or
+    # loss is seen when no request tells it first)
+    health_interval: float = 5.0
 
     @property
     def scheme(self) -> Scheme:
@@ -131,7 +134,8 @@ class ClusterConfig:
                         "write_quorum": e.write_quorum, "node_timeout": e.node_timeout,
                         "state_dir": e.state_dir, "move_rate": e.move_rate,
                         "move_rate_total": e.move_rate_total,
-                        "move_rate_busy": e.move_rate_busy, "write_stall": e.write_stall},
+                        "move_rate_busy": e.move_rate_busy, "write_stall": e.write_stall,
+                        "health_interval": e.health_interval},
         }
         if self.gateway:
             out["gateway"] = dict(self.gateway)
@@ -207,7 +211,7 @@ class _Parser:
         d = ErasureSettings()
         self.unknown(e, {"k", "m", "segment_size", "backend", "write_quorum", "node_timeout",
                          "state_dir", "move_rate", "move_rate_total", "move_rate_busy",
-                         "write_stall"}, "erasure")
+                         "write_stall", "health_interval"}, "erasure")
         k = self.get(e, "k", "erasure.k", int, d.k)
         m = self.get(e, "m", "erasure.m", int, d.m)
         if k < 1:
@@ -242,8 +246,13 @@ class _Parser:
         stall = self.get(e, "write_stall", "erasure.write_stall", (int, float), d.write_stall)
         if not stall > 0:
             raise self.fail("erasure.write_stall", f"must be > 0 seconds, got {stall}")
+        health = self.get(e, "health_interval", "erasure.health_interval", (int, float),
+                          d.health_interval)
+        if not health > 0:
+            raise self.fail("erasure.health_interval", f"must be > 0 seconds, got {health}")
         return ErasureSettings(k, m, seg, backend, wq, float(timeout), state, *rates[:2],
-                               move_rate_busy=rates[2], write_stall=float(stall))
+                               move_rate_busy=rates[2], write_stall=float(stall),
+                               health_interval=float(health))
 
     def nodes(self, raw: Any) -> tuple[NodeSpec, ...]:
         if raw is _MISSING or raw == []:

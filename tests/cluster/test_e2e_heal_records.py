@@ -43,7 +43,9 @@ def recorded_missing(g: Gateway) -> list[tuple[str, list[int]]]:
 
 
 def test_objects_written_with_a_node_down_read_whole_once_healed(tmp_path):
-    g = Gateway(tmp_path)  # 4+2 on 6 nodes: no spare, a write with one down lacks its fragment
+    # 4+2 on 6 nodes: no spare, a write with one down lacks its fragment; the node's return
+    # is seen by a health check a second later
+    g = Gateway(tmp_path, erasure_options={"health_interval": 1})
     g.start()
     try:
         s3 = g.client()

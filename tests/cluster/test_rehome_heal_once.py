@@ -59,7 +59,7 @@ def settled(g: Gateway, parts: int) -> bool:
 
 
 def test_two_workers_move_and_heal_each_fragment_once(tmp_path):
-    g = Gateway(tmp_path, nodes=7, workers=2)
+    g = Gateway(tmp_path, nodes=7, workers=2, erasure_options={"health_interval": 1})
     g.start()
     try:
         s3 = g.client()

@@ -28,6 +28,7 @@ def test_good_file_loads_with_defaults(tmp_path: Path) -> None:
     cfg = ClusterConfig.load(p)
     assert cfg.erasure.write_quorum == 9  # k+1
     assert cfg.erasure.scheme.n == 10
+    assert cfg.erasure.health_interval == 5.0
     assert cfg.node("node03").domain == "node03"  # default domain = id
     assert cfg.node("node03").port == 9104
     assert cfg.users[0].access_key == "AK"
@@ -65,6 +66,8 @@ def bad(path: str, value, remove: bool = False) -> dict:
     ("erasure.backend", "bogus", False, "erasure.backend: 'bogus'"),
     ("erasure.segment_size", 0, False, "erasure.segment_size"),
     ("erasure.sgement_size", 1, False, "erasure.sgement_size: unknown setting"),
+    ("erasure.health_interval", 0, False, "erasure.health_interval: must be > 0 seconds"),
+    ("erasure.write_stall", -1, False, "erasure.write_stall: must be > 0 seconds"),
     ("nodes.3.url", "127.0.0.1:9000", False, "nodes[3].url: must be http://host:port"),
     ("nodes.3.url", "http://127.0.0.1", False, "nodes[3].url: must be http://host:port"),
     ("nodes.3.url", "http://127.0.0.1:9101", False, "nodes[3].url: duplicate node url"),

@@ -39,7 +39,7 @@ def unfinished(g: Gateway) -> tuple[int, int]:
 
 
 def test_deletes_while_a_node_is_down_finish_when_it_returns(tmp_path):
-    g = Gateway(tmp_path, nodes=6)
+    g = Gateway(tmp_path, nodes=6, erasure_options={"health_interval": 1})  # returns seen soon
     g.start()
     try:
         s3 = g.client()

@@ -26,8 +26,13 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
 from erasure.config import ClusterConfig, write_config
-from tests.support.gwcluster import _NO_PROXY as _SIGNED_OPENER
-from tests.support.gwcluster import ACCESS_KEY, SECRET_KEY, Gateway, wait_for
+from tests.support.gwcluster import (
+    ACCESS_KEY,
+    SECRET_KEY,
+    Gateway,
+    archives_by_node,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -91,26 +96,6 @@ def test_a_frozen_node_does_not_stall_clients(tmp_path):
         if stopped is not None:
             os.kill(stopped, signal.SIGCONT)
         g.stop()
-
-
-def archives_by_node(g: Gateway) -> dict[str, set[str]]:
-    """Node id -> the archive record ids it holds (the signed node listing)."""
-    from urllib.parse import urlencode
-    out: dict[str, set[str]] = {}
-    for i, url in enumerate(g.nodes.urls):
-        ids = out.setdefault(g.nodes.ids[i], set())
-        after = ""
-        while True:
-            q = {"prefix": "", "after": after, "limit": "1000"}
-            req = urllib.request.Request(f"{url}/v1/records?{urlencode(q)}",
-                                         headers=g.nodes.headers(i, "GET", "/v1/records", q))
-            with _SIGNED_OPENER.open(req, timeout=10) as resp:
-                doc = json.load(resp)
-            ids.update(r["id"] for r in doc["records"])
-            if not doc.get("next"):
-                break
-            after = doc["next"]
-    return out
 
 
 def copies(g: Gateway) -> dict[str, list[str]]:

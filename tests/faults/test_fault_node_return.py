@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from erasure.repair import repair
 from gateway.metadata import SqliteStore
 from gateway.store.storage import Storage
 from tests.support.erasurekit import cluster_config, put, read, where
+from tests.support.gwcluster import until
 from tests.support.nodeproc import NodeCluster
 
 pytestmark = [pytest.mark.timeout(300)]
@@ -42,14 +42,6 @@ def config(nodes: NodeCluster, tmp_path: Path) -> ClusterConfig:
     return cluster_config(nodes, tmp_path, SECRET)
 
 
-async def until(cond, what: str, tries: int = 400) -> None:
-    for _ in range(tries):
-        if await cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
-
-
 async def test_handoff_fragment_moves_home_when_its_node_returns(nodes, config) -> None:
     uid, data = "home0001.p1", os.urandom(700_000)
     async with ErasureCluster(config, health_interval=0.2) as c:
@@ -64,7 +56,7 @@ async def test_handoff_fragment_moves_home_when_its_node_returns(nodes, config) 
 
         async def moved() -> bool:
             return (await where(c, uid)).get(2) == [home[2]] and not c.handoffs.parts()
-        await until(moved, "f02 back on its home node, the handoff copy gone")
+        await until(moved, "f02 back on its home node, the handoff copy gone", seconds=20)
         assert c.stats["fragments_moved_home"] == 1
         assert await where(c, uid) == {i: [n] for i, n in enumerate(home)}
         # the stored layout still names the handoff node; reads no longer need it

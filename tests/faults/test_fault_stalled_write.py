@@ -18,6 +18,7 @@ import pytest
 from erasure.cluster import ErasureCluster
 from erasure.config import ClusterConfig
 from tests.support.erasurekit import cluster_config, put, read, where
+from tests.support.gwcluster import until
 from tests.support.nodeproc import NodeCluster
 
 pytestmark = [pytest.mark.timeout(300)]
@@ -37,14 +38,6 @@ def config(nodes: NodeCluster, tmp_path: Path) -> ClusterConfig:
     cfg = cluster_config(nodes, tmp_path, SECRET).to_dict()
     cfg["erasure"]["node_timeout"] = 60.0  # far beyond the write: only the stall limit acts
     return ClusterConfig.from_dict(cfg, source="test")
-
-
-async def until(cond, what: str, tries: int = 600) -> None:
-    for _ in range(tries):
-        if await cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
 
 
 async def test_a_stalled_fragment_write_is_cut_and_leaves_nothing(nodes, config) -> None:

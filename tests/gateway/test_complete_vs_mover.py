@@ -20,6 +20,7 @@ from erasure.layout import PartLayout
 from gateway.metadata import BucketRecord, ObjectRecord, PartRecord, UploadRecord
 from gateway.store.moves import StorePartIndex
 from tests.support import storebackends
+from tests.support.gwcluster import until
 
 stores = storebackends.stores
 pg_server = storebackends.pg_server
@@ -111,12 +112,6 @@ async def test_postgres_a_move_commit_inside_completes_transaction_waits_for_it(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
             "wait_event_type = 'Lock'")
 
-    async def until(cond, what: str) -> None:
-        deadline = time.monotonic() + 30
-        while not await cond():
-            assert time.monotonic() < deadline, what
-            await asyncio.sleep(0.02)
-
     moved = lay("up1x.p2", first=3)
     try:
         tx = holder.transaction()
@@ -128,13 +123,13 @@ async def test_postgres_a_move_commit_inside_completes_transaction_waits_for_it(
         async def complete_blocked() -> bool:
             return await waiting() >= 1
 
-        await until(complete_blocked, "Complete never reached its write")
+        await until(complete_blocked, "Complete never reached its write", pause=0.02)
         commit = asyncio.create_task(StorePartIndex(mover_side).commit(ref, old, moved))
 
         async def commit_settled() -> bool:
             return commit.done() or await waiting() >= 2
 
-        await until(commit_settled, "the mover's commit neither ended nor waited")
+        await until(commit_settled, "the mover's commit neither ended nor waited", pause=0.02)
         await tx.commit()
         assert await complete is None
         won = await commit

@@ -8,7 +8,6 @@ Before, the records kept naming the lost copy: every later read of such a part n
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import random
 import time
@@ -22,18 +21,12 @@ from gateway.metadata import BucketRecord, ObjectRecord, PartRecord, UploadRecor
 from gateway.store.erasurequeues import shared_queues
 from gateway.store.moves import StorePartIndex
 from tests.support.erasurekit import one, read
+from tests.support.gwcluster import until
 from tests.support.moverrig import SECRET, config
 from tests.support.nodeproc import NodeCluster
 
 SIZE = 40_000
 K = 4
-
-
-async def until(cond, what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not await cond():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.1)
 
 
 async def write(c: ErasureCluster, store, n: int) -> dict[str, bytes]:
@@ -120,7 +113,7 @@ async def test_a_fragment_healed_on_another_node_is_recorded_there_and_follows_i
                                           **shared_queues(store)) as healer:
                     async def healed() -> bool:
                         return await healer.repair_queue.size() == 0
-                    await until(healed, "the healer did not heal the parts")
+                    await until(healed, "the healer did not heal the parts", seconds=60)
                     # reads by the records: the data fragments, no parity needed
                     assert await read_all(c, store, blobs) == 0
                     now = await recorded(store)
@@ -133,7 +126,7 @@ async def test_a_fragment_healed_on_another_node_is_recorded_there_and_follows_i
 
                     async def home() -> bool:
                         return not healer.handoffs.parts()
-                    await until(home, "the handoff fragments did not move home")
+                    await until(home, "the handoff fragments did not move home", seconds=60)
                     now = await recorded(store)
                     scanned = {p.part_uid: p for p in await healer.scan()}
                     for uid, lay in now.items():

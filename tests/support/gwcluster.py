@@ -145,12 +145,13 @@ class Gateway:
                           **cfg))
 
 
-def archive_ids(g: Gateway) -> set[str]:
-    """Every fragment archive record id on every node (via the signed node listing API)."""
+def archives_by_node(g: Gateway) -> dict[str, set[str]]:
+    """Node id -> the fragment archive record ids it holds (the signed node listing API)."""
     import json
     from urllib.parse import urlencode
-    out: set[str] = set()
+    out: dict[str, set[str]] = {}
     for i, url in enumerate(g.nodes.urls):
+        ids = out.setdefault(g.nodes.ids[i], set())
         after = ""
         while True:
             q = {"prefix": "", "after": after, "limit": "1000"}
@@ -158,11 +159,16 @@ def archive_ids(g: Gateway) -> set[str]:
                                          headers=g.nodes.headers(i, "GET", "/v1/records", q))
             with _NO_PROXY.open(req, timeout=10) as resp:
                 doc = json.load(resp)
-            out.update(r["id"] for r in doc["records"])
+            ids.update(r["id"] for r in doc["records"])
             if not doc.get("next"):
                 break
             after = doc["next"]
     return out
+
+
+def archive_ids(g: Gateway) -> set[str]:
+    """Every fragment archive record id on every node."""
+    return set().union(*archives_by_node(g).values())
 
 
 def wait_for(pred: Any, timeout: float = 20.0) -> bool:
@@ -177,6 +183,16 @@ def wait_for(pred: Any, timeout: float = 20.0) -> bool:
         time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
         pause = min(0.25, pause * 1.5)
     return bool(pred())
+
+
+async def until(cond: Any, what: str, seconds: float = 30.0, pause: float = 0.05) -> None:
+    """Await `cond()` (a coroutine function) until true; AssertionError naming `what` after
+    `seconds`."""
+    import asyncio
+    deadline = time.monotonic() + seconds
+    while not await cond():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        await asyncio.sleep(pause)
 
 
 def signed_request(g: Gateway, method: str, path: str, *, host: str | None = None,

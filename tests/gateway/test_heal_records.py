@@ -12,6 +12,7 @@ import hashlib
 import random
 import time
 from collections import Counter
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from erasure.cluster import ErasureCluster
@@ -80,93 +81,93 @@ def victim_of(recs: dict[str, PartLayout]) -> str:
     return max(up, key=lambda n: held[n])
 
 
-async def test_a_fragment_healed_on_another_node_is_recorded_there_and_follows_it_home(
-        tmp_path: Path) -> None:
-    with NodeCluster(tmp_path / "nodes", 7, drives_per_node=1, secret=SECRET) as nc:
+@asynccontextmanager
+async def nodes_and_store(tmp_path: Path, n: int):
+    """`n` real nodes, a SQLite metadata store, and the cluster config naming every node."""
+    with NodeCluster(tmp_path / "nodes", n, drives_per_node=1, secret=SECRET) as nc:
         store = open_store(str(tmp_path / "meta.sqlite"))
         await store.start()
-        cfg = config(nc, list(range(7)), tmp_path / "state")
         try:
-            # gateway one serves reads; its healer stays off until the node is down
-            async with ErasureCluster(cfg, health_interval=0, layout_poll=0, auto_repair=False,
-                                      **shared_queues(store)) as c:
-                blobs = await write(c, store, 8)
-                assert await read_all(c, store, blobs) == 0
-                recs = await recorded(store)
-                victim = victim_of(recs)
-                lost = {uid: [i for i, n in lay.placement.items() if n == victim and i < K]
-                        for uid, lay in recs.items()}
-                lost = {uid: ix for uid, ix in lost.items() if ix}
-                assert "upx.p1" in lost and len(lost) >= 3, lost
-                # the victim loses its copies of them (reads meet the gaps and queue heals),
-                # then goes down: the heals must put them elsewhere
-                for uid, ix in lost.items():
-                    for i in ix:
-                        assert await c.clients[victim].delete(recs[uid].archive_id(i))
-                assert await read_all(c, store, blobs) == len(lost)
-                assert await c.repair_queue.size() == len(lost)
-                nc.kill(nc.ids.index(victim))
-                await c.check_health()
-                assert not c.is_up(victim)
-                # gateway two's healer heals them (on nodes other than the victim)
-                async with ErasureCluster(cfg, health_interval=0.3, layout_poll=0,
-                                          **shared_queues(store)) as healer:
-                    async def healed() -> bool:
-                        return await healer.repair_queue.size() == 0
-                    await until(healed, "the healer did not heal the parts", seconds=60)
-                    # reads by the records: the data fragments, no parity needed
-                    assert await read_all(c, store, blobs) == 0
-                    now = await recorded(store)
-                    for uid, ix in lost.items():
-                        for i in ix:
-                            assert now[uid].placement[i] != victim, (uid, i)
-                    assert healer.stats["records_updated"] == len(lost)
-                    # the victim returns: the handoff copies go home, the records follow
-                    nc.restart(nc.ids.index(victim))
-
-                    async def home() -> bool:
-                        return not healer.handoffs.parts()
-                    await until(home, "the handoff fragments did not move home", seconds=60)
-                    now = await recorded(store)
-                    scanned = {p.part_uid: p for p in await healer.scan()}
-                    for uid, lay in now.items():
-                        assert scanned[uid].fragments == {
-                            i: [n] for i, n in lay.placement.items()}, uid
-                    assert all(now[uid].placement[i] == victim
-                               for uid, ix in lost.items() for i in ix)
-                    await c.check_health()
-                    assert await read_all(c, store, blobs) == 0
+            yield nc, store, config(nc, list(range(n)), tmp_path / "state")
         finally:
             await store.close()
+
+
+async def test_a_fragment_healed_on_another_node_is_recorded_there_and_follows_it_home(
+        tmp_path: Path) -> None:
+    async with nodes_and_store(tmp_path, 7) as (nc, store, cfg):
+        # gateway one serves reads; its healer stays off until the node is down
+        async with ErasureCluster(cfg, health_interval=0, layout_poll=0, auto_repair=False,
+                                  **shared_queues(store)) as c:
+            blobs = await write(c, store, 8)
+            assert await read_all(c, store, blobs) == 0
+            recs = await recorded(store)
+            victim = victim_of(recs)
+            lost = {uid: [i for i, n in lay.placement.items() if n == victim and i < K]
+                    for uid, lay in recs.items()}
+            lost = {uid: ix for uid, ix in lost.items() if ix}
+            assert "upx.p1" in lost and len(lost) >= 3, lost
+            # the victim loses its copies of them (reads meet the gaps and queue heals),
+            # then goes down: the heals must put them elsewhere
+            for uid, ix in lost.items():
+                for i in ix:
+                    assert await c.clients[victim].delete(recs[uid].archive_id(i))
+            assert await read_all(c, store, blobs) == len(lost)
+            assert await c.repair_queue.size() == len(lost)
+            nc.kill(nc.ids.index(victim))
+            await c.check_health()
+            assert not c.is_up(victim)
+            # gateway two's healer heals them (on nodes other than the victim)
+            async with ErasureCluster(cfg, health_interval=0.3, layout_poll=0,
+                                      **shared_queues(store)) as healer:
+                async def healed() -> bool:
+                    return await healer.repair_queue.size() == 0
+                await until(healed, "the healer did not heal the parts", seconds=60)
+                # reads by the records: the data fragments, no parity needed
+                assert await read_all(c, store, blobs) == 0
+                now = await recorded(store)
+                for uid, ix in lost.items():
+                    for i in ix:
+                        assert now[uid].placement[i] != victim, (uid, i)
+                assert healer.stats["records_updated"] == len(lost)
+                # the victim returns: the handoff copies go home, the records follow
+                nc.restart(nc.ids.index(victim))
+
+                async def home() -> bool:
+                    return not healer.handoffs.parts()
+                await until(home, "the handoff fragments did not move home", seconds=60)
+                now = await recorded(store)
+                scanned = {p.part_uid: p for p in await healer.scan()}
+                for uid, lay in now.items():
+                    assert scanned[uid].fragments == {
+                        i: [n] for i, n in lay.placement.items()}, uid
+                assert all(now[uid].placement[i] == victim
+                           for uid, ix in lost.items() for i in ix)
+                await c.check_health()
+                assert await read_all(c, store, blobs) == 0
 
 
 async def test_zonegate_repair_records_the_fragments_it_rebuilds_for_a_node_gone(
         tmp_path: Path) -> None:
     """`zonegate repair --include-unreachable` (the node will not return): every fragment
     the node held is rebuilt elsewhere and recorded there."""
-    with NodeCluster(tmp_path / "nodes", 7, drives_per_node=1, secret=SECRET) as nc:
-        store = open_store(str(tmp_path / "meta.sqlite"))
-        await store.start()
-        cfg = config(nc, list(range(7)), tmp_path / "state")
-        try:
-            async with ErasureCluster(cfg, health_interval=0, layout_poll=0, auto_repair=False,
-                                      **shared_queues(store)) as c:
-                blobs = await write(c, store, 6)
-                recs = await recorded(store)
-                victim = victim_of(recs)
-                held = {uid for uid, lay in recs.items() if victim in lay.placement.values()}
-                nc.kill(nc.ids.index(victim))
-                await c.check_health()
-                report = await repair(c, include_unreachable=True)
-                assert not report.lost and {u for u, _ in report.fixed} == held
-                now = await recorded(store)
-                assert all(victim not in lay.placement.values() for lay in now.values())
-                scanned = {p.part_uid: p for p in await c.scan()}
-                for uid, lay in now.items():
-                    assert scanned[uid].fragments == {i: [n] for i, n in lay.placement.items()}
-                assert await read_all(c, store, blobs) == 0
-        finally:
-            await store.close()
+    async with nodes_and_store(tmp_path, 7) as (nc, store, cfg):
+        async with ErasureCluster(cfg, health_interval=0, layout_poll=0, auto_repair=False,
+                                  **shared_queues(store)) as c:
+            blobs = await write(c, store, 6)
+            recs = await recorded(store)
+            victim = victim_of(recs)
+            held = {uid for uid, lay in recs.items() if victim in lay.placement.values()}
+            nc.kill(nc.ids.index(victim))
+            await c.check_health()
+            report = await repair(c, include_unreachable=True)
+            assert not report.lost and {u for u, _ in report.fixed} == held
+            now = await recorded(store)
+            assert all(victim not in lay.placement.values() for lay in now.values())
+            scanned = {p.part_uid: p for p in await c.scan()}
+            for uid, lay in now.items():
+                assert scanned[uid].fragments == {i: [n] for i, n in lay.placement.items()}
+            assert await read_all(c, store, blobs) == 0
 
 
 class MoverMeanwhile(StorePartIndex):
@@ -196,30 +197,24 @@ class MoverMeanwhile(StorePartIndex):
 async def test_a_heal_merges_into_a_record_a_mover_changed_meanwhile(tmp_path: Path) -> None:
     """The heal's commit of fragment 0 (its node down) loses to a mover's commit: of another
     fragment (1: both changes are kept), or of the same one (0: the mover's copy is kept)."""
-    with NodeCluster(tmp_path / "nodes", 8, drives_per_node=1, secret=SECRET) as nc:
-        store = open_store(str(tmp_path / "meta.sqlite"))
-        await store.start()
-        cfg = config(nc, list(range(8)), tmp_path / "state")
-        try:
-            async with ErasureCluster(cfg, health_interval=0, layout_poll=0, auto_repair=False,
-                                      **shared_queues(store)) as c:
-                blobs = await write(c, store, 8)  # 9 parts on 8 nodes: two share a node
-                recs = await recorded(store)
-                node, _ = Counter(lay.placement[0] for lay in recs.values()).most_common(1)[0]
-                a, b = sorted(uid for uid, lay in recs.items() if lay.placement[0] == node)[:2]
-                nc.kill(nc.ids.index(node))
-                await c.check_health()
-                for uid, index in ((a, 1), (b, 0)):
-                    lay = recs[uid]
-                    c.records = racing = MoverMeanwhile(store, c, index)
-                    written = await heal(c, lay, [0])
-                    assert racing.raced and set(written) == {0}
-                    now = (await recorded(store))[uid]
-                    if index == 1:
-                        assert now.placement == {**lay.placement, 0: written[0],
-                                                 1: racing.moved_to}
-                    else:  # the mover's copy of fragment 0 stays recorded
-                        assert now.placement == {**lay.placement, 0: racing.moved_to}
-                    assert await read(c, now) == blobs[uid]
-        finally:
-            await store.close()
+    async with nodes_and_store(tmp_path, 8) as (nc, store, cfg):
+        async with ErasureCluster(cfg, health_interval=0, layout_poll=0, auto_repair=False,
+                                  **shared_queues(store)) as c:
+            blobs = await write(c, store, 8)  # 9 parts on 8 nodes: two share a node
+            recs = await recorded(store)
+            node, _ = Counter(lay.placement[0] for lay in recs.values()).most_common(1)[0]
+            a, b = sorted(uid for uid, lay in recs.items() if lay.placement[0] == node)[:2]
+            nc.kill(nc.ids.index(node))
+            await c.check_health()
+            for uid, index in ((a, 1), (b, 0)):
+                lay = recs[uid]
+                c.records = racing = MoverMeanwhile(store, c, index)
+                written = await heal(c, lay, [0])
+                assert racing.raced and set(written) == {0}
+                now = (await recorded(store))[uid]
+                if index == 1:
+                    assert now.placement == {**lay.placement, 0: written[0],
+                                             1: racing.moved_to}
+                else:  # the mover's copy of fragment 0 stays recorded
+                    assert now.placement == {**lay.placement, 0: racing.moved_to}
+                assert await read(c, now) == blobs[uid]

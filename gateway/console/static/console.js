@@ -240,32 +240,36 @@ function renderOverview(doc) {
     el("td", { class: "num", text: num(o.client_errors) }),
     el("td", { class: "num" + (o.server_errors ? " bad" : ""), text: num(o.server_errors) }))));
 
+  $("#nodes tbody").replaceChildren(...nodeDriveRows(doc.nodes, (n, span) => [
+    el("th", { scope: "row", rowspan: span, text: n.id, title: n.url }),
+    el("td", { rowspan: span, class: n.up ? "ok" : "bad",
+               text: n.up ? "up" : "down" + (n.error ? ` (${n.error.slice(0, 60)})` : "") })],
+  (d) => {
+    const z = Object.entries(d.zones_by_condition).map(([k, v]) => `${k} ${v}`).join(", ");
+    return [el("td", { text: String(d.drive), title: d.path }),
+            el("td", { class: "num", text: bytes(d.capacity.live) }),
+            el("td", { class: "num", text: bytes(d.capacity.garbage) }),
+            el("td", { class: "num", text: bytes(d.capacity.writable) }),
+            el("td", { class: "num", text: num(d.records) }),
+            el("td", { class: "num", text: d.write_amplification ? d.write_amplification.toFixed(2) : "–" }),
+            el("td", { text: z })];
+  }, 7));
+}
+
+// A table of nodes with a row per drive: the node's cells (spanning its drives' rows) open its
+// first row; a node without drives gets one row of `blanks` dashes for the drive cells.
+function nodeDriveRows(nodes, nodeCells, driveCells, blanks, rowAttrs = () => ({})) {
   const rows = [];
-  for (const n of doc.nodes) {
+  for (const n of nodes) {
     const drives = n.drives.length ? n.drives : [null];
     drives.forEach((d, i) => {
-      const cells = [];
-      if (i === 0) {
-        cells.push(el("th", { scope: "row", rowspan: drives.length, text: n.id, title: n.url }),
-                   el("td", { rowspan: drives.length, class: n.up ? "ok" : "bad",
-                              text: n.up ? "up" : "down" + (n.error ? ` (${n.error.slice(0, 60)})` : "") }));
-      }
-      if (d) {
-        const z = Object.entries(d.zones_by_condition).map(([k, v]) => `${k} ${v}`).join(", ");
-        cells.push(el("td", { text: String(d.drive), title: d.path }),
-                   el("td", { class: "num", text: bytes(d.capacity.live) }),
-                   el("td", { class: "num", text: bytes(d.capacity.garbage) }),
-                   el("td", { class: "num", text: bytes(d.capacity.writable) }),
-                   el("td", { class: "num", text: num(d.records) }),
-                   el("td", { class: "num", text: d.write_amplification ? d.write_amplification.toFixed(2) : "–" }),
-                   el("td", { text: z }));
-      } else {
-        for (let k = 0; k < 7; k++) cells.push(el("td", { text: "–" }));
-      }
-      rows.push(el("tr", {}, ...cells));
+      const cells = i === 0 ? nodeCells(n, drives.length) : [];
+      if (d) cells.push(...driveCells(d));
+      else for (let k = 0; k < blanks; k++) cells.push(el("td", { text: "–" }));
+      rows.push(el("tr", rowAttrs(n, i), ...cells));
     });
   }
-  $("#nodes tbody").replaceChildren(...rows);
+  return rows;
 }
 
 // -- zone map --------------------------------------------------------------------------------
@@ -431,39 +435,26 @@ function renderLayout(doc) {
       : el("p", { text: staged === null ? "the layout store did not answer" : "nothing staged (zonegate layout … stages, zonegate layout apply applies)" }));
   $("#layout-problems").replaceChildren(...doc.problems.map((p) => el("li", { text: p })));
 
-  const rows = [];
-  for (const n of doc.nodes) {
-    const drives = n.drives.length ? n.drives : [null];
-    drives.forEach((d, i) => {
-      const cells = [];
-      if (i === 0) {
-        const span = drives.length;
-        const reach = n.up === null ? ["–", "sub"] : (n.up ? ["up", "ok"] : ["down" + (n.error ? ` (${n.error.slice(0, 50)})` : ""), "bad"]);
-        cells.push(el("th", { scope: "row", rowspan: span, text: n.id, title: n.url }),
-                   el("td", { rowspan: span, text: n.domain }),
-                   el("td", { rowspan: span, class: "num", text: String(n.weight) }),
-                   el("td", { rowspan: span }, el("span", { class: "pill " + (STATE_CLASS[n.state] || ""), text: n.state })),
-                   el("td", { rowspan: span, class: reach[1], text: reach[0] }));
-        const f = fillCell(n.fill);
-        f.rowSpan = span;
-        cells.push(f);
-      }
-      if (d) {
-        const zones = d.seq_zones ? `${num(d.empty_zones)} of ${num(d.seq_zones)}` : "–";
-        const flags = [d.failed ? "failed" : null, d.replaced ? "new in a used slot" : null,
-                       d.present === false ? "missing" : null].filter(Boolean).join(", ");
-        cells.push(el("td", { title: d.path, text: d.path.split("/").slice(-2).join("/") }),
-                   el("td", {}, el("span", { class: "pill " + (STATE_CLASS[d.state] || ""), text: d.state }),
-                      flags ? el("span", { class: "bad", text: " " + flags }) : null),
-                   el("td", { class: "num", text: num(d.records) }),
-                   el("td", { class: d.state === "draining" && d.seq_zones && d.empty_zones === d.seq_zones ? "ok" : null, text: zones }));
-      } else {
-        for (let k = 0; k < 4; k++) cells.push(el("td", { text: "–" }));
-      }
-      rows.push(el("tr", { "data-node": i === 0 ? n.id : null }, ...cells));
-    });
-  }
-  $("#layout-nodes tbody").replaceChildren(...rows);
+  $("#layout-nodes tbody").replaceChildren(...nodeDriveRows(doc.nodes, (n, span) => {
+    const reach = n.up === null ? ["–", "sub"] : (n.up ? ["up", "ok"] : ["down" + (n.error ? ` (${n.error.slice(0, 50)})` : ""), "bad"]);
+    const f = fillCell(n.fill);
+    f.rowSpan = span;
+    return [el("th", { scope: "row", rowspan: span, text: n.id, title: n.url }),
+            el("td", { rowspan: span, text: n.domain }),
+            el("td", { rowspan: span, class: "num", text: String(n.weight) }),
+            el("td", { rowspan: span }, el("span", { class: "pill " + (STATE_CLASS[n.state] || ""), text: n.state })),
+            el("td", { rowspan: span, class: reach[1], text: reach[0] }),
+            f];
+  }, (d) => {
+    const zones = d.seq_zones ? `${num(d.empty_zones)} of ${num(d.seq_zones)}` : "–";
+    const flags = [d.failed ? "failed" : null, d.replaced ? "new in a used slot" : null,
+                   d.present === false ? "missing" : null].filter(Boolean).join(", ");
+    return [el("td", { title: d.path, text: d.path.split("/").slice(-2).join("/") }),
+            el("td", {}, el("span", { class: "pill " + (STATE_CLASS[d.state] || ""), text: d.state }),
+               flags ? el("span", { class: "bad", text: " " + flags }) : null),
+            el("td", { class: "num", text: num(d.records) }),
+            el("td", { class: d.state === "draining" && d.seq_zones && d.empty_zones === d.seq_zones ? "ok" : null, text: zones })];
+  }, 4, (n, i) => ({ "data-node": i === 0 ? n.id : null })));
 }
 
 // -- bucket browser --------------------------------------------------------------------------

@@ -188,17 +188,21 @@ class ZoneAllocator:
             self.reclaim_wanted.set()
         return z
 
+    async def finish_spare(self, z: int) -> None:
+        """Finish the closed, partly written zone `z`: FULL (what reclaim can reset), or bad
+        if the device refuses."""
+        self._spares.discard(z)
+        try:
+            await asyncio.to_thread(self.device.finish_zone, z)
+            self._full.add(z)
+        except OSError:
+            self._bad.add(z)
+
     async def _make_active_room(self) -> bool:
         """At the device's active limit: finish the partly written zone with the least room
         left (a closed spare, else an idle put writer). False if there is none to finish."""
         if self._spares:
-            z = max(self._spares, key=lambda i: self._written[i])
-            self._spares.discard(z)
-            try:
-                await asyncio.to_thread(self.device.finish_zone, z)
-                self._full.add(z)
-            except OSError:
-                self._bad.add(z)
+            await self.finish_spare(max(self._spares, key=lambda i: self._written[i]))
             return True
         idle = [w for w in self._writers.values()
                 if not w.gc and not w.closing and w.users == 0 and w.error is None]

@@ -100,12 +100,7 @@ async def _finish_idle(log: ZoneLog, everything: bool) -> None:
     async with log._alloc_lock:
         for z in sorted(log._spares):
             if dead(z) and not log.pinned.get(z):
-                log._spares.discard(z)
-                try:
-                    await asyncio.to_thread(log.device.finish_zone, z)
-                    log._full.add(z)
-                except OSError:
-                    log._bad.add(z)
+                await log.finish_spare(z)
         idle = [w for w in log._writers.values()
                 if w.users == 0 and not w.closing and w.error is None
                 and not log.pinned.get(w.zone) and dead(w.zone) and (everything or not w.gc)]

@@ -191,18 +191,26 @@ def test_a_gateway_killed_holding_a_repair_lease_leaves_the_part_to_the_other(en
         os.killpg(mg.gws[0].proc.pid, signal.SIGSTOP)
         mg.nodes.restart(DOWN)
         os.killpg(mg.gws[0].proc.pid, signal.SIGCONT)
-        # gateway 0 sees the node back and claims the part: kill it mid-heal, lease held
-        # (the same lease seen twice: a heal under way, not an attempt failing at once)
-        last, held = None, None
-        for _ in range(20_000):
+        # gateway 0 sees the node back and claims the part: kill it mid-heal, lease held.
+        # It is frozen first and the lease read while it cannot move: an attempt that failed
+        # (lease released) between the read and the kill would leave nothing to prove.
+        gw0 = mg.gws[0].proc.pid
+        held = None
+        deadline = time.monotonic() + 120
+        while held is None and time.monotonic() < deadline:
             rows = db.rows("SELECT leased FROM repairs WHERE part_uid=$1", uid)
             assert rows, "gateway 0 healed it before it could be killed"
-            now = time.time()
-            if rows[0][0] > now and rows[0][0] == last:
-                held = last
-                break
-            last = rows[0][0] if rows[0][0] > now else None
-            time.sleep(0.01)
+            if rows[0][0] <= time.time():
+                time.sleep(0.01)
+                continue
+            os.killpg(gw0, signal.SIGSTOP)
+            time.sleep(0.05)  # every worker stopped
+            rows = db.rows("SELECT leased FROM repairs WHERE part_uid=$1", uid)
+            assert rows, "gateway 0 healed it before it could be killed"
+            if rows[0][0] > time.time() + 0.5:
+                held = rows[0][0]
+            else:
+                os.killpg(gw0, signal.SIGCONT)
         assert held is not None
         mg.kill_gateway(0)
         [(leased,)] = db.rows("SELECT leased FROM repairs WHERE part_uid=$1", uid)

@@ -11,7 +11,7 @@ from gateway.cli import main as cli
 @pytest.mark.parametrize("bad", ["5", "5x", "0s", "-1s", "1.5s", ""])
 def test_a_bad_prometheus_interval_is_a_usage_error(bad, capsys):
     with pytest.raises(SystemExit) as e:
-        cli.build_parser().parse_args(["dev", "--prometheus-interval", bad])
+        cli.build_parser().parse_args(["dev", f"--prometheus-interval={bad}"])
     assert e.value.code == 2
     assert "is not a duration like 5s" in capsys.readouterr().err
 

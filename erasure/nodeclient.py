@@ -130,15 +130,20 @@ class FragmentsPayload(aiohttp.payload.Payload):
         async for item in self._value:
             if type(item) is not list:
                 await writer.write(item)
-            elif http_writer.SKIP_WRITELINES:
-                await writer.write(item[0] if len(item) == 1 else b"".join(item))
+                first = first and not item
+                continue
+            pieces = [p for p in item if len(p)]  # a 0-size chunk would end the body
+            if not pieces:
+                continue
+            if http_writer.SKIP_WRITELINES:
+                await writer.write(pieces[0] if len(pieces) == 1 else b"".join(pieces))
             elif first:
-                await writer.write(item[0], drain=False)  # with the request head
-                if len(item) > 1:
-                    _write_chunk(writer, item[1:])
+                await writer.write(pieces[0], drain=False)  # with the request head
+                if len(pieces) > 1:
+                    _write_chunk(writer, pieces[1:])
                 await writer.drain()
             else:
-                _write_chunk(writer, item)
+                _write_chunk(writer, pieces)
                 await writer.drain()
             first = False
 

@@ -47,11 +47,10 @@ if TYPE_CHECKING:
     from erasure.cluster import ErasureCluster
 
 log = logging.getLogger(__name__)
-QUEUE_DEPTH = 1  # batches queued per archive (one more is being gathered, one being sent)
+QUEUE_DEPTH = 4  # fragments in flight per archive
 # Fragments are sent to a node in batches of at least this many bytes (a 1 MiB segment makes
 # 128 KiB fragments with 8+2): each network write wakes the node process, and on a loaded
-# machine those wake-ups, not the bytes, are what a node spends most of its CPU on. The batch
-# is gathered on the feeding side, so the upload's task wakes once per batch, not per fragment.
+# machine those wake-ups, not the bytes, are what a node spends most of its CPU on.
 SEND_BATCH = 1024 * 1024
 MAX_META = 64 * 1024  # a node refuses larger metadata blobs (docs/design.md)
 REPLAY_LIMIT = 2 * SEND_BATCH  # bytes of an archive kept to replay on a handoff node (507)
@@ -88,9 +87,7 @@ class ArchiveUpload:
         self.handoff = handoff
         self.stall = stall  # seconds without progress before a handoff (None: node timeout)
         self.abandoned = abandoned  # told of each stalled request left running
-        self.q: asyncio.Queue[list[bytes] | None] = asyncio.Queue(QUEUE_DEPTH)
-        self.pending: list[bytes] = []  # fragments gathered for the next batch
-        self.pending_bytes = 0
+        self.q: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUE_DEPTH)
         self.task: asyncio.Task | None = None
         self.error: BaseException | None = None
         self.meta: bytes | None = None
@@ -99,30 +96,35 @@ class ArchiveUpload:
         self.ended = False  # the end of the body was taken from the queue
         self.moved_from: list[str] = []  # full nodes this archive was handed off from
 
-    def _keep(self, batch: list[bytes]) -> None:
+    def _keep(self, item: bytes) -> None:
         if self.replay is None:
             return
-        self.replay_bytes += sum(map(len, batch))
+        self.replay_bytes += len(item)
         if self.replay_bytes > REPLAY_LIMIT:
             self.replay = None  # too late for a 507 to come: stop holding the bytes
         else:
-            self.replay.extend(batch)
+            self.replay.append(item)
 
     async def _body(self, att: _Attempt):
         # Batches go out as lists of fragments: the node client writes a list as one HTTP
         # chunk without joining it (a copy of every byte sent, see nodeclient.FragmentsPayload).
-        replayed = list(self.replay or ())  # a handed-off upload starts again
-        if replayed:
-            att.waiting_since = time.monotonic()
-            yield replayed
-            self._went_on(att)
+        batch: list[bytes] = list(self.replay or ())  # a handed-off upload starts again
+        size = sum(map(len, batch))
         while not self.ended:
             att.waiting_since = None  # waiting for the encoder, not for the node
-            batch = await self.q.get()
-            if batch is None:
+            item = await self.q.get()
+            if item is None:
                 self.ended = True
                 break
-            self._keep(batch)
+            self._keep(item)
+            batch.append(item)
+            size += len(item)
+            if size >= SEND_BATCH:
+                att.waiting_since = time.monotonic()
+                yield batch
+                self._went_on(att)
+                batch, size = [], 0
+        if batch:
             att.waiting_since = time.monotonic()
             yield batch
             self._went_on(att)
@@ -203,7 +205,6 @@ class ArchiveUpload:
         # a feeder blocked on a full queue must not wait for a consumer that is gone
         while not self.q.empty():
             self.q.get_nowait()
-        self.pending, self.pending_bytes = [], 0
 
     @property
     def alive(self) -> bool:
@@ -211,48 +212,22 @@ class ArchiveUpload:
         return self.error is None and t is not None and not (
             t.done() and (t.cancelled() or t.exception() is not None))
 
-    def _queue_pending(self) -> bool:
-        """Queue the gathered batch if there is room."""
-        try:
-            self.q.put_nowait(self.pending)
-        except asyncio.QueueFull:
-            return False
-        self.pending, self.pending_bytes = [], 0
-        return True
-
     def offer(self, item: bytes | None) -> bool:
-        """Take a fragment (None: the end of the archive) into the batch being gathered,
-        queueing the batch once it has SEND_BATCH bytes, or at the end, if there is room (or
-        drop it if this upload is dead): True when done with it, False when `wait_room` must
-        wait for room (the fragment is taken either way)."""
+        """Queue item if there is room (or drop it if this upload is dead): True when done
+        with it, False when `feed` must wait for room."""
         if not self.alive or self.task.done():
-            self.pending, self.pending_bytes = [], 0
             return True
-        if item is not None:
-            self.pending.append(item)
-            self.pending_bytes += len(item)
-            return self.pending_bytes < SEND_BATCH or self._queue_pending()
-        if self.pending and not self._queue_pending():
-            return False
         try:
-            self.q.put_nowait(None)
+            self.q.put_nowait(item)
             return True
         except asyncio.QueueFull:
             return False
 
     async def feed(self, item: bytes | None, stall: float) -> None:
-        if not self.offer(item):
-            await self.wait_room(item is None, stall)
-
-    async def wait_room(self, end: bool, stall: float) -> None:
-        """After `offer` said False: queue the gathered batch (and the end) once there is
-        room; no room for `stall` seconds fails the upload."""
+        if self.offer(item):
+            return
         try:
-            if self.pending:
-                batch, self.pending, self.pending_bytes = self.pending, [], 0
-                await asyncio.wait_for(self.q.put(batch), stall)
-            if end:
-                await asyncio.wait_for(self.q.put(None), stall)
+            await asyncio.wait_for(self.q.put(item), stall)
         except TimeoutError:
             self.error = NodeUnavailable(self.client.id, 0, "stalled",
                                          f"no progress for {stall} s")
@@ -316,7 +291,7 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
             # Most segments find room in every queue: only the full ones need a waiting task.
             full = [i for i, s in sinks.items() if not s.offer(frags[i])]
             if full:
-                await asyncio.gather(*(sinks[i].wait_room(False, timeout) for i in full))
+                await asyncio.gather(*(sinks[i].feed(frags[i], timeout) for i in full))
             else:
                 await asyncio.sleep(0)  # let the uploads and the hashing run between segments
             check_quorum()

@@ -118,9 +118,11 @@ class FragmentsPayload(aiohttp.payload.Payload):
     aiohttp writes each item of an async iterable as its own HTTP chunk, so the writer had to
     join each batch of fragments into one bytes first: a copy of every byte sent to a node
     (1.25 GiB per GiB uploaded, into fresh memory). Here a list goes out as one chunk in one
-    `writelines` (one writev on uvloop; separate writes would be a syscall each). The first
-    item goes through aiohttp's own `write` (it sends the request head with its first chunk),
-    as does every item where writelines would join anyway (`SKIP_WRITELINES`)."""
+    `writelines` (one writev on uvloop; separate writes would be a syscall each). The request
+    head, which aiohttp holds back until the first body write, goes in the same writelines as
+    the first list (one wake-up of the node for both, as when aiohttp sent a joined batch);
+    an aiohttp that keeps its head elsewhere sends it with the first piece instead. Where
+    writelines would join anyway (`SKIP_WRITELINES`), lists are joined here."""
 
     def __init__(self, value: AsyncIterable[bytes | list[bytes]]) -> None:
         super().__init__(value, content_type="application/octet-stream")
@@ -138,9 +140,13 @@ class FragmentsPayload(aiohttp.payload.Payload):
             if http_writer.SKIP_WRITELINES:
                 await writer.write(pieces[0] if len(pieces) == 1 else b"".join(pieces))
             elif first:
-                await writer.write(pieces[0], drain=False)  # with the request head
-                if len(pieces) > 1:
-                    _write_chunk(writer, pieces[1:])
+                head = _take_head(writer)
+                if head is not None:
+                    _write_chunk(writer, pieces, head)
+                else:
+                    await writer.write(pieces[0], drain=False)  # with the request head
+                    if len(pieces) > 1:
+                        _write_chunk(writer, pieces[1:])
                 await writer.drain()
             else:
                 _write_chunk(writer, pieces)
@@ -151,14 +157,26 @@ class FragmentsPayload(aiohttp.payload.Payload):
         raise TypeError("a streamed archive body cannot be decoded")
 
 
-def _write_chunk(writer: Any, pieces: list[bytes]) -> None:
-    """One HTTP chunk of `pieces`, in one writelines (what aiohttp's own write does for one
-    buffer, with its check that the connection is still there)."""
+def _take_head(writer: Any) -> bytes | None:
+    """The request head aiohttp (3.12 on) holds back until the first body write, taken over
+    as its own `_send_headers_with_payload` does; None where there is none to take."""
+    head = getattr(writer, "_headers_buf", None)
+    if not head or getattr(writer, "_headers_written", True):
+        return None
+    writer._headers_written = True
+    writer._headers_buf = None
+    return head
+
+
+def _write_chunk(writer: Any, pieces: list[bytes], head: bytes | None = None) -> None:
+    """One HTTP chunk of `pieces` (after the request `head`, if given) in one writelines, with
+    the check aiohttp's own write makes that the connection is still there."""
     transport = writer.transport
     if transport is None or transport.is_closing():
         raise _ResetError("Cannot write to closing transport")
     size = sum(map(len, pieces))
-    transport.writelines([f"{size:x}\r\n".encode("ascii"), *pieces, b"\r\n"])
+    frame = [f"{size:x}\r\n".encode("ascii"), *pieces, b"\r\n"]
+    transport.writelines([head, *frame] if head is not None else frame)
 
 
 class BodyAbandoned(ConnectionError):

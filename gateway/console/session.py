@@ -37,7 +37,13 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """Only the one spelling `_b64` gives: a decoder ignores the spare bits of the last
+    character (and skips characters outside the alphabet), so several cookie strings would
+    otherwise carry the same bytes and MAC."""
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise ValueError("not canonical base64url")
+    return data
 
 
 def key_fingerprint(secret_key: str) -> str:

@@ -120,7 +120,7 @@ class GetProtocol(asyncio.BufferedProtocol):
         self.closed = True
         if self._state == _BODY and self._until_close:
             self._finish()
-        elif self._state in (_HEAD, _BODY):
+        elif self._state in (_HEAD, _BODY) and self._error is None:
             self._error = Lost(f"connection lost mid-answer ({exc or 'closed by the node'})")
         self._wake()
 
@@ -254,28 +254,26 @@ class GetProtocol(asyncio.BufferedProtocol):
         self._state = _HEAD
         self._answer = None
         self._until_close = False
-        self._ready.clear()
+        self._ready.clear()  # what the last reader left untaken
         self._buffered = 0
-        assert self.transport is not None
+        self._want = 0
+        assert self.transport is not None  # (never paused here: reads pause mid-body only)
         self.transport.write(head)
 
     async def answer(self, stall: float) -> Answer:
         """The answer's status and headers, once they are in."""
-        while self._answer is None:
-            if self._error is not None:
+        while True:
+            if self._error is not None:  # a bad head included
                 raise self._error
+            if self._answer is not None:
+                return self._answer
             if self.closed:
                 raise Lost("connection closed before an answer")
             await self._wait(stall)
-        return self._answer
 
     @property
     def complete(self) -> bool:
         return self._state == _DONE
-
-    def available(self) -> int:
-        """Body bytes received and not yet taken."""
-        return self._buffered
 
     async def take(self, n: int, stall: float) -> list[memoryview]:
         """The next n bytes of the body as views of the buffers they were received into.

@@ -121,3 +121,31 @@ def test_a_peer_that_never_answers_is_unavailable_after_the_timeout() -> None:
             await server.wait_closed()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\nX-ZG-Length: 5\r\n\r\nhello",  # no Content-Length on a 200
+    b"HTTP/1.1 2x0 OK\r\nContent-Length: 5\r\n\r\nhello",  # a bad status line
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+])
+def test_an_answer_that_is_not_proper_http_is_unavailable_not_data(answer: bytes) -> None:
+    async def run() -> None:
+        async def accept(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await r.readuntil(b"\r\n\r\n")
+            w.write(answer)
+            await w.drain()
+            w.close()
+
+        server = await asyncio.start_server(accept, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with make_session() as session:
+                c = NodeClient(NodeSpec("odd", f"http://127.0.0.1:{port}", "d", ()), SECRET,
+                               session, timeout=5)
+                with pytest.raises(NodeUnavailable):
+                    await c.get_bytes("nodeget.any")
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(run())

@@ -10,7 +10,7 @@ source tree (the "before" of a change), phases interleaved run by run: compare t
 phase's first run and prints the functions with the most samples.
 
     python -m bench crt [--mib 1024] [--obj-mib 128] [--part-mib 8] [--threads 4] [--runs 2]
-        [--src DIR] [--spy gateway:put] [--json F]
+        [--src DIR] [--spy gateway:put] [--phases put,get] [--json F]
 """
 
 from __future__ import annotations
@@ -109,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--src", type=Path, help="a second source tree to compare against")
     p.add_argument("--spy", default="", help="ROLE:PHASE, e.g. gateway:put or node:get")
+    p.add_argument("--phases", default="put,get", help="which phases, e.g. put (a PUT change)")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
+    phases = [x for x in ("put", "get") if x in a.phases.split(",")]
     try:
         from s3torchconnectorclient._mountpoint_s3_client import MountpointS3Client
     except ImportError:
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"crt: {n} objects of {a.obj_mib} MiB ({gib:.2f} GiB), {a.part_mib} MiB "
                   f"parts, {a.threads} threads, trees {list(trees)}, load {loadavg():.1f}")
             for run in range(a.runs):
-                for phase in ("put", "get"):
+                for phase in phases:
                     for name, (client, clock) in setups.items():
                         spies: list[subprocess.Popen[bytes]] = []
                         out = root / f"spy-{name}-{phase}"
@@ -172,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print("medians:")
-    for phase in ("put", "get"):
+    for phase in phases:
         for name in trees:
             sel = [r for r in rows if r["tree"] == name and r["phase"] == phase]
             keys = sorted(k for k in sel[0] if k.startswith("cpu_"))

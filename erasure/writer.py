@@ -106,6 +106,8 @@ class ArchiveUpload:
             self.replay.append(item)
 
     async def _body(self, att: _Attempt):
+        # Batches go out as lists of fragments: the node client writes a list as one HTTP
+        # chunk without joining it (a copy of every byte sent, see nodeclient.FragmentsPayload).
         batch: list[bytes] = list(self.replay or ())  # a handed-off upload starts again
         size = sum(map(len, batch))
         while not self.ended:
@@ -119,12 +121,12 @@ class ArchiveUpload:
             size += len(item)
             if size >= SEND_BATCH:
                 att.waiting_since = time.monotonic()
-                yield batch[0] if len(batch) == 1 else b"".join(batch)
+                yield batch
                 self._went_on(att)
                 batch, size = [], 0
         if batch:
             att.waiting_since = time.monotonic()
-            yield batch[0] if len(batch) == 1 else b"".join(batch)
+            yield batch
             self._went_on(att)
         att.waiting_since = time.monotonic()  # the metadata blob, then the node's answer
 

@@ -22,6 +22,7 @@ import argparse
 import fcntl
 import http.client
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -67,6 +68,14 @@ READY_BANNER = "ZoneGate is ready"
 REAP_S = 8.0  # what the rest of a dead child's group gets after SIGTERM before SIGKILL
 
 
+def _prom_duration(text: str) -> str:
+    """A Prometheus duration of one unit (`500ms`, `5s`, `1m`), checked here so a typo is a
+    one-line usage error, not a Prometheus that fails to start."""
+    if not re.fullmatch(r"[1-9][0-9]*(ms|s|m|h)", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 5s, 500ms or 1m")
+    return text
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "dev", help="run a whole local cluster (nodes + gateway) in one command",
@@ -86,6 +95,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prometheus", action="store_true",
                    help="also run Prometheus (the `prometheus` binary, when installed) scraping "
                         "every process, configured under DIR/prometheus")
+    p.add_argument("--prometheus-interval", default="5s", metavar="DURATION",
+                   type=_prom_duration,
+                   help="--prometheus's scrape interval (default 5s, so a dev cluster's "
+                        "graphs move while you watch; deploy/prometheus.yml keeps 15s)")
     p.add_argument("--log-format", choices=("text", "json"), default="text",
                    help="children's log lines as text (default) or JSON objects")
     g = Geometry()
@@ -401,7 +414,8 @@ class Launcher:
         host = self.args.host
         port = free_port(host, {split_url(n["url"])[1] for n in self.cfg["nodes"]},
                           "prometheus")
-        doc = promdev.scrape_config(self.cfg, self.endpoint, ca_file=self.ca)
+        doc = promdev.scrape_config(self.cfg, self.endpoint, ca_file=self.ca,
+                                   interval=self.args.prometheus_interval)
         listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         argv = promdev.prepare(self.data / "prometheus", doc, listen, exe)
         self.prometheus = Child("prometheus", argv, self.data / "logs" / "prometheus.log")

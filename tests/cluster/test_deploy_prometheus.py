@@ -43,7 +43,7 @@ def wait_for(what: str, check, timeout: float = 90.0):
         if got:
             return got
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
+        time.sleep(0.25)
 
 
 def all_up(base: str, expected: int) -> list[dict] | None:
@@ -61,7 +61,7 @@ def dev(tmp_path_factory):
     cluster = DevCluster(tmp_path_factory.mktemp("prom") / "data", tls=True, zones=16,
                          zone_size="16M", nodes=10)
     try:
-        yield cluster.start(extra=("--prometheus",))
+        yield cluster.start(extra=("--prometheus", "--prometheus-interval", "1s"))
     finally:
         cluster.stop()
 
@@ -97,7 +97,7 @@ def test_every_dashboard_query_returns_series(dev, tmp_path):
     doc = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
     cfg = json.loads(json.dumps(__import__("tomllib").loads(dev.config_path.read_text())))
     scrape = promdev.scrape_config(cfg, dev.endpoint, ca_file=dev.data / "tls" / "ca.pem",
-                                   base=doc, interval="2s")
+                                   base=doc, interval="1s")
     listen = f"127.0.0.1:{free_port()}"
     argv = promdev.prepare(tmp_path / "prometheus", scrape, listen, shutil.which("prometheus"))
     log = open(tmp_path / "prometheus.log", "wb")
@@ -137,7 +137,7 @@ def test_every_dashboard_query_returns_series(dev, tmp_path):
 
         deadline = time.monotonic() + 30
         while not all_answer() and time.monotonic() < deadline:
-            time.sleep(1)
+            time.sleep(0.5)
         assert not failed, "queries Prometheus refuses:\n" + "\n".join(failed)
         assert not empty, "queries that return nothing:\n" + "\n".join(empty)
     finally:
@@ -150,9 +150,8 @@ def test_dev_prometheus_scrapes_every_process(dev):
     out = dev.output()
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("prometheus:"))
     base = line.split()[-1]
-    # Runs after the dashboard test (defined after it: pytest keeps file order), so dev's own
-    # Prometheus (15 s scrape interval) has mostly scraped every target by now.
     targets = wait_for("every target up", lambda: all_up(base, dev.nodes + 1), timeout=120)
+    assert {t["scrapeInterval"] for t in targets} == {"1s"}  # --prometheus-interval
     jobs = sorted(t["labels"]["job"] for t in targets)
     assert jobs == ["gateway"] + ["nodes"] * dev.nodes
     assert next(t for t in targets if t["labels"]["job"] == "gateway")["scrapeUrl"] \

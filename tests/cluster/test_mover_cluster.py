@@ -152,11 +152,11 @@ def test_a_new_node_is_rebalanced_to_within_5_percent(tmp_path: Path) -> None:
 
 
 def test_drain_under_load_with_the_mover_killed(tmp_path: Path) -> None:
-    # paced slowly (~1 MiB of fragments leave node02 at 96 KiB/s) so the kill lands mid-drain
-    # (the run's progress is saved every 5 s, erasure/mover.py SAVE_EVERY: the kill comes
+    # paced (~1 MiB of fragments leave node02 at 192 KiB/s) so the kill lands mid-drain
+    # (the run's progress is saved every second, erasure/mover.py SAVE_EVERY: the kill comes
     # after the first save, and the drain must outlast it well)
     g = Gateway(tmp_path, nodes=7, gateway_options=OPTS,
-                erasure_options={"move_rate": 96 * 1024})
+                erasure_options={"move_rate": 192 * 1024})
     with serving(g):
         s3 = g.client()
         s3.create_bucket(Bucket="bkt")

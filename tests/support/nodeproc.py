@@ -9,8 +9,9 @@ with NodeCluster(tmp_path, 3, drives_per_node=2, secret="s") as cluster:
     cluster.kill(1)         # SIGKILL, like a crash
     cluster.restart(1)      # same id, drives and port; returns once ready
 ```
-Each node is `python -m zonestore.node` with its own log file (`cluster.log_path(i)`), the
-allocator settings of the Makefile, a port chosen by the node itself (port 0, read back from a
+Each node is `python -m zonestore.node` (forked from a process that has done its imports,
+tests/support/nodezygote.py; `ip netns exec` for a node in a namespace) with its own log file
+(`cluster.log_path(i)`), the allocator settings of the Makefile, a port chosen by the node itself (port 0, read back from a
 port file: no race with other test runs) and kept across restarts. Leaving the `with` block
 stops every node (SIGTERM, then SIGKILL after a grace period).
 """
@@ -31,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlencode
 
+from tests.support.nodezygote import ForkedNode, spawn_node
 from zonestore.emulated import Geometry, create_emulated_drive
 from zonestore.nodeauth import sign_headers
 
@@ -58,7 +60,7 @@ class NodeProcess:
         self.drives = drives
         self.root = root
         self.port = 0
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | ForkedNode | None = None
         self.log_path = root / f"{node_id}.log"
         self.port_file = root / f"{node_id}.port"
         self.host = "127.0.0.1"
@@ -220,8 +222,10 @@ class NodeCluster:
         for d in node.drives:
             argv += ["--drive", str(d)]
         argv += self.extra_args
-        if node.netns:
-            argv = ["ip", "netns", "exec", node.netns, *argv]
+        if not node.netns:  # forked from a process that has done the imports already
+            node.proc = spawn_node(argv[3:], str(node.log_path), self.env)
+            return
+        argv = ["ip", "netns", "exec", node.netns, *argv]
         with open(node.log_path, "ab") as logf:
             node.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
                                          stderr=subprocess.STDOUT, env=self.env,

@@ -1,0 +1,23 @@
+"""`zonegate dev`'s option checks: a bad value is a one-line usage error before anything
+starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.cli import main as cli
+
+
+@pytest.mark.parametrize("bad", ["5", "5x", "0s", "-1s", "1.5s", ""])
+def test_a_bad_prometheus_interval_is_a_usage_error(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.build_parser().parse_args(["dev", f"--prometheus-interval={bad}"])
+    assert e.value.code == 2
+    assert "is not a duration like 5s" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("good", ["1s", "500ms", "2m"])
+def test_a_prometheus_interval_is_passed_on_as_given(good):
+    assert cli.build_parser().parse_args(["dev", "--prometheus-interval", good]) \
+        .prometheus_interval == good
+    assert cli.build_parser().parse_args(["dev"]).prometheus_interval == "5s"

@@ -20,6 +20,7 @@ before, builds and awaits several signal objects per request and per body chunk 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import secrets
 import sys
@@ -581,11 +582,18 @@ def writable_of(stats: dict) -> int | None:
 
 
 def _head_of(record_id: str, headers: Any) -> RecordHead:
-    """A record's head from an answer's headers (any case-insensitive mapping)."""
+    """A record's head from an answer's headers (any case-insensitive mapping); values that
+    are not what a node sends are a nodeget.ProtocolError (a ConnectionError), not data."""
     crc = headers.get("X-ZG-Crc32c")
-    return RecordHead(record_id, int(headers.get("X-ZG-Length", "0")),
-                      base64.b64decode(headers.get("X-ZG-Meta", "")),
-                      int(crc) if crc and crc.isdigit() else None)
+    length = headers.get("X-ZG-Length", "0")
+    try:
+        if not (length.isascii() and length.isdigit()):
+            raise ValueError(f"X-ZG-Length {length[:40]!r}")
+        meta = base64.b64decode(headers.get("X-ZG-Meta", ""), validate=True)
+    except (ValueError, binascii.Error) as e:
+        raise nodeget.ProtocolError(f"{record_id}: bad record head: {e}") from None
+    return RecordHead(record_id, int(length), meta,
+                      int(crc) if crc and crc.isascii() and crc.isdigit() else None)
 
 
 class RecordReader:
@@ -626,8 +634,12 @@ class RecordReader:
                 raw = b""
             self._close()
             raise c._error_of(answer.status, answer.reason, raw)
+        try:
+            self.head = _head_of(self.record_id, answer.headers)
+        except nodeget.ProtocolError as e:
+            self._close()
+            raise c._down(e) from e
         c.up = True
-        self.head = _head_of(self.record_id, answer.headers)
         end = self.head.length if self.end is None else min(self.end, self.head.length)
         self.expected = max(0, end - self.start)
         return self

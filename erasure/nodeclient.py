@@ -20,6 +20,7 @@ before, builds and awaits several signal objects per request and per body chunk 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import secrets
 import sys
@@ -27,11 +28,13 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import quote
 from weakref import WeakKeyDictionary
 
 import aiohttp
 from aiohttp import http_writer
 
+from erasure import nodeget
 from erasure.config import NodeSpec
 from zonestore.logsetup import REQUEST_ID, REQUEST_ID_HEADER
 from zonestore.nodeauth import sign_headers
@@ -213,6 +216,7 @@ class NodeClient:
         # a write here took no bytes and gave no answer (erasure/writer.py): no new archives
         # until this monotonic time, or until a write here succeeds
         self.stalled_until = 0.0
+        self._gets: nodeget.GetPool | None = None  # record GETs' connections (nodeget.py)
 
     @property
     def stalled(self) -> bool:
@@ -302,18 +306,31 @@ class NodeClient:
 
     async def _error(self, resp: aiohttp.ClientResponse) -> NodeError:
         try:
-            body = await resp.json(content_type=None)
+            raw = await resp.read()
+        except Exception:
+            raw = b""
+        return self._error_of(resp.status, resp.reason or "", raw)
+
+    def _error_of(self, status: int, reason: str, raw: bytes) -> NodeError:
+        """The NodeError of an error answer (status, reason and its JSON body)."""
+        try:
+            body = json.loads(raw)
             code, msg = body.get("error", "error"), body.get("message", "")
         except Exception:
             body = None
-            code, msg = "error", resp.reason or ""
-        cls = {404: RecordMissing, 409: RecordCorrupt}.get(resp.status, NodeError)
-        if resp.status == 507:  # out of space: no new archives until it has room again
+            code, msg = "error", reason
+        cls = {404: RecordMissing, 409: RecordCorrupt}.get(status, NodeError)
+        if status == 507:  # out of space: no new archives until it has room again
             room = body.get("writable_bytes") if isinstance(body, dict) else None
             self.note_full(0, room if isinstance(room, int) else None)
-        if resp.status >= 500 and resp.status != 507:
-            self.last_error = f"{resp.status} {code}"
-        return cls(self.id, resp.status, code, msg)
+        if status >= 500 and status != 507:
+            self.last_error = f"{status} {code}"
+        return cls(self.id, status, code, msg)
+
+    def close_idle(self) -> None:
+        """Close the record GETs' idle keep-alive connections (the session's are its own)."""
+        if self._gets is not None:
+            self._gets.close()
 
     def _url(self, path: str) -> str:
         return self.spec.url + path
@@ -391,7 +408,7 @@ class NodeClient:
                                         timeout=self._timeout()) as resp:
                 if resp.status != 200:
                     raise await self._error(resp)
-                return _head_of(record_id, resp)
+                return _head_of(record_id, resp.headers)
         except NodeError:
             raise
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
@@ -564,109 +581,107 @@ def writable_of(stats: dict) -> int | None:
     return best
 
 
-def _head_of(record_id: str, resp: aiohttp.ClientResponse) -> RecordHead:
-    crc = resp.headers.get("X-ZG-Crc32c")
-    return RecordHead(record_id, int(resp.headers.get("X-ZG-Length", "0")),
-                      base64.b64decode(resp.headers.get("X-ZG-Meta", "")),
-                      int(crc) if crc and crc.isdigit() else None)
+def _head_of(record_id: str, headers: Any) -> RecordHead:
+    """A record's head from an answer's headers (any case-insensitive mapping); values that
+    are not what a node sends are a nodeget.ProtocolError (a ConnectionError), not data."""
+    crc = headers.get("X-ZG-Crc32c")
+    length = headers.get("X-ZG-Length", "0")
+    try:
+        if not (length.isascii() and length.isdigit()):
+            raise ValueError(f"X-ZG-Length {length[:40]!r}")
+        meta = base64.b64decode(headers.get("X-ZG-Meta", ""), validate=True)
+    except (ValueError, binascii.Error) as e:
+        raise nodeget.ProtocolError(f"{record_id}: bad record head: {e}") from None
+    return RecordHead(record_id, int(length), meta,
+                      int(crc) if crc and crc.isascii() and crc.isdigit() else None)
 
 
 class RecordReader:
-    """A streamed GET of bytes [start, end) of one record."""
+    """A streamed GET of bytes [start, end) of one record, over erasure/nodeget.py's lean
+    connections: the body arrives into buffers whose views `take` hands out."""
 
     def __init__(self, client: NodeClient, record_id: str, start: int, end: int | None) -> None:
         self.client, self.record_id, self.start, self.end = client, record_id, start, end
-        self.resp: aiohttp.ClientResponse | None = None
-        self._open = False  # resp is to be released
+        self._conn: nodeget.GetProtocol | None = None
+        self._pool: nodeget.GetPool | None = None
         self.head: RecordHead | None = None
         self.expected = 0
-        self._rest: memoryview | None = None  # the unread tail of the last chunk
 
     async def __aenter__(self) -> RecordReader:
         c = self.client
-        path = f"/v1/records/{self.record_id}"
+        path = f"/v1/records/{quote(self.record_id, safe=':')}"
         headers = c._headers("GET", path, {}, b"")
         if self.start or self.end is not None:
             last = "" if self.end is None else str(self.end - 1)
             headers["Range"] = f"bytes={self.start}-{last}"
+        pool = c._gets
+        if pool is None:
+            pool = c._gets = nodeget.GetPool(c.spec.url)
+        head = pool.head(path, headers)
+        started = time.perf_counter()
         try:
-            self.resp = await c._send("get", "GET", path, headers=headers,
-                                      timeout=c._timeout())
-            self._open = True
-        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            conn, answer = await pool.request(head, c.timeout)
+        except (TimeoutError, OSError, nodeget.ProtocolError) as e:  # Lost is an OSError
+            c._observe("get", None, started)
             raise c._down(e) from e
-        if self.resp.status not in (200, 206):
-            err = await c._error(self.resp)
-            await self._close()
-            raise err
+        if c.observers:
+            c._observe("get", answer.status, started)
+        self._pool, self._conn = pool, conn
+        if answer.status not in (200, 206):
+            try:
+                raw = await conn.read_rest(c.timeout)
+            except (TimeoutError, OSError, nodeget.ProtocolError):
+                raw = b""
+            self._close()
+            raise c._error_of(answer.status, answer.reason, raw)
+        try:
+            self.head = _head_of(self.record_id, answer.headers)
+        except nodeget.ProtocolError as e:
+            self._close()
+            raise c._down(e) from e
         c.up = True
-        self.head = _head_of(self.record_id, self.resp)
         end = self.head.length if self.end is None else min(self.end, self.head.length)
         self.expected = max(0, end - self.start)
         return self
 
     async def take(self, n: int) -> list[memoryview]:
-        """The next n bytes of the body as views of the chunks received, copying nothing; a
+        """The next n bytes of the body as views of the buffers received, copying nothing; a
         short body (the node aborts on a bad CRC) → RecordCorrupt."""
-        assert self.resp is not None
-        pieces: list[memoryview] = []
-        need = n
-        while need:
-            chunk = self._rest
-            if chunk is None:
-                chunk = await self._next_chunk(n - need, n)
-            if len(chunk) > need:
-                pieces.append(chunk[:need])
-                self._rest = chunk[need:]
-                need = 0
-            else:
-                pieces.append(chunk)
-                self._rest = None
-                need -= len(chunk)
+        conn = self._conn
+        assert conn is not None
+        try:
+            pieces = await conn.take(n, self.client.timeout)
+        except EOFError as e:
+            raise RecordCorrupt(self.client.id, 0, "short_body",
+                                f"{self.record_id}: body ended early ({e})") from None
+        except nodeget.Lost as e:
+            raise await self._cut(e) from None
+        except (TimeoutError, OSError, nodeget.ProtocolError) as e:
+            raise self.client._down(e) from None
         self.client.bytes_read += n
         return pieces
 
     async def read_exactly(self, n: int) -> bytes:
         """n bytes of the body; a short body (the node aborts on a bad CRC) → RecordCorrupt."""
         pieces = await self.take(n)
-        if len(pieces) == 1 and len(pieces[0]) == len(pieces[0].obj):
-            return pieces[0].obj  # a whole received chunk: no copy
-        return b"".join(pieces)
+        return bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
 
-    async def _next_chunk(self, have: int, n: int) -> memoryview:
-        """One chunk as received (no copy, unlike readexactly's slices and joins)."""
-        assert self.resp is not None
-        try:
-            data, _ = await self.resp.content.readchunk()
-        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
-            raise await self._failed(e) from None
-        except RuntimeError as e:  # aiohttp's "Connection closed." when waiting on a dead one
-            if "closed" not in str(e):
-                raise
-            raise self.client._down(e) from None
-        if not data:
-            raise RecordCorrupt(self.client.id, 0, "short_body",
-                                f"{self.record_id}: body ended early ({have} of {n})")
-        return memoryview(data)
+    async def _cut(self, e: BaseException) -> NodeError:
+        # The node cuts a stream whose CRC fails; a node that dies mid-body looks the same
+        # from here. Tell them apart by asking whether the node is still there.
+        if await self.client.check():
+            return RecordCorrupt(self.client.id, 0, "short_body",
+                                 f"{self.record_id}: stream cut by the node ({e})")
+        return NodeUnavailable(self.client.id, 0, "unavailable",
+                               self.client.last_error or str(e))
 
-    async def _failed(self, e: BaseException) -> NodeError:
-        if isinstance(e, aiohttp.ClientPayloadError):
-            # The node cuts a stream whose CRC fails; a node that dies mid-body looks the same
-            # from here. Tell them apart by asking whether the node is still there.
-            if await self.client.check():
-                return RecordCorrupt(self.client.id, 0, "short_body",
-                                     f"{self.record_id}: stream cut by the node ({e})")
-            return NodeUnavailable(self.client.id, 0, "unavailable",
-                                   self.client.last_error or str(e))
-        return self.client._down(e)
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and self._pool is not None:
+            self._pool.release(conn)  # kept alive if its answer was read to the end
 
-    async def _close(self) -> None:
-        if self._open and self.resp is not None:
-            self._open = False
-            await self.resp.__aexit__(None, None, None)
-
-    async def __aexit__(self, *exc) -> None:
-        await self._close()
+    async def __aexit__(self, *exc: object) -> None:
+        self._close()
 
     def meta_json(self) -> dict:
         assert self.head is not None

@@ -9,10 +9,11 @@ from __future__ import annotations
 import base64
 import dataclasses
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
-from aiohttp import web
+from aiohttp import http_writer, web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from zonestore.drivefail import DriveFailed
@@ -26,6 +27,23 @@ from zonestore.node.state import STATE, NodeState
 from zonestore.nodeauth import EMPTY_SHA256, UNSIGNED
 
 MAX_LIST_LIMIT = 10_000
+# A record GET's answer head goes out with its first chunk of bytes (`_RecordResponse`), as
+# transport.writelines((head, chunk)): one send instead of two (on loopback each send also
+# runs the receiver's TCP path and wakes it). Unless aiohttp deems writelines unsafe, as it does
+# on every Python before 3.12.9: then it joins head and chunk into a new bytes, a copy of up to
+# a record chunk (1 MiB). The bug it avoids is in the writelines asyncio's selector transport
+# gained in 3.12.0; before 3.12 asyncio's transports inherit one that joins anyway and
+# uvloop's (the node's loop) is a writev. Same switch as the gateway's node client
+# (erasure/nodeclient.py).
+if sys.version_info < (3, 12):
+    http_writer.SKIP_WRITELINES = False
+
+
+class _RecordResponse(web.StreamResponse):
+    """A streamed answer whose head waits for the first body write (as aiohttp's own
+    web.Response does for its body), so head and first chunk leave in one send."""
+
+    _send_headers_immediately = False
 _STREAM_RE = re.compile(r"[\x21-\x7e]{1,256}")
 _INT_RE = re.compile(r"[0-9]{1,20}")
 _RANGE_RE = re.compile(r"bytes=([0-9]{0,20})-([0-9]{0,20})")
@@ -278,7 +296,7 @@ async def get_record(request: web.Request) -> web.StreamResponse:
         headers["Content-Range"] = f"bytes {offset}-{offset + length - 1}/{info.length}"
     # Pull the first chunk before answering: corruption found here is still a clean 409.
     first = await anext(it, b"") if length else b""
-    resp = web.StreamResponse(status=206 if rng is not None else 200, headers=headers)
+    resp = _RecordResponse(status=206 if rng is not None else 200, headers=headers)
     resp.content_length = length
     resp.content_type = "application/octet-stream"
     await resp.prepare(request)

@@ -1,0 +1,100 @@
+"""Fuzz of erasure/nodeget.py, the hand-written HTTP/1.1 client of record GETs: whatever bytes a
+peer answers (well-formed, mutated or random, cut anywhere, in any pieces), a record GET ends
+in bytes that are exactly the body announced, or in a NodeError, within the node timeout;
+never another exception, never a hang, never bytes the peer did not send as the body."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from erasure.config import NodeSpec
+from erasure.nodeclient import NodeClient, NodeError, make_session
+
+SECRET = "nodeget-fuzz-secret"
+
+
+def answer(status: int, body: bytes, *, length: int | None, extra: list[bytes],
+           record_len: int | None) -> bytes:
+    lines = [f"HTTP/1.1 {status} X".encode()]
+    if length is not None:
+        lines.append(b"Content-Length: %d" % length)
+    if record_len is not None:
+        lines.append(b"X-ZG-Length: %d" % record_len)
+        lines.append(b"X-ZG-Meta: " + base64.b64encode(b"{}"))
+    lines += extra
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+header_lines = st.lists(st.one_of(
+    st.sampled_from([b"Content-Length: 3", b"Content-Length: x", b"Transfer-Encoding: chunked",
+                     b"Connection: close", b"X-ZG-Length: -1", b"X-ZG-Length: zz",
+                     b"X-ZG-Meta: !!!", b"X-ZG-Crc32c: 12", b"no colon", b" X: y", b":"]),
+    st.binary(max_size=40).filter(lambda b: b"\r\n" not in b)), max_size=3)
+
+
+@st.composite
+def answers(draw: st.DrawFn) -> bytes:
+    kind = draw(st.sampled_from(["good", "mutated", "random"]))
+    if kind == "random":
+        return draw(st.binary(max_size=400))
+    body = draw(st.binary(max_size=300))
+    status = draw(st.sampled_from([200, 206, 404, 409, 500, 503]))
+    length = len(body) if kind == "good" else draw(st.one_of(
+        st.none(), st.integers(0, 400)))
+    raw = answer(status, body, length=length, record_len=len(body),
+                 extra=[] if kind == "good" else draw(header_lines))
+    if kind == "mutated" and raw and draw(st.booleans()):
+        at = draw(st.integers(0, len(raw) - 1))
+        raw = raw[:at] + draw(st.binary(max_size=8)) + raw[at + draw(st.integers(0, 8)):]
+    return raw
+
+
+def _body_of(raw: bytes) -> bytes:
+    return raw.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in raw else b""
+
+
+@settings(max_examples=250, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(raw=answers(), cuts=st.lists(st.integers(1, 64), max_size=6), ranged=st.booleans())
+def test_any_answer_is_its_body_or_a_node_error(raw: bytes, cuts: list[int],
+                                                ranged: bool) -> None:
+    async def run() -> None:
+        async def accept(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                await r.readuntil(b"\r\n\r\n")
+                rest, i = raw, 0
+                while rest:  # in pieces: heads and bodies split anywhere
+                    n = cuts[i % len(cuts)] if cuts else len(rest)
+                    w.write(rest[:n])
+                    await w.drain()
+                    rest, i = rest[n:], i + 1
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                w.close()  # always ends: an incomplete answer is cut, not held open
+
+        server = await asyncio.start_server(accept, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with make_session() as session:
+                c = NodeClient(NodeSpec("fuzz", f"http://127.0.0.1:{port}", "d", ()), SECRET,
+                               session, timeout=2.0)
+                try:
+                    got = await asyncio.wait_for(
+                        c.get_bytes("fuzz.r", 0, 100) if ranged else c.get_bytes("fuzz.r"), 30)
+                except NodeError as e:
+                    event(f"error: {type(e).__name__}")
+                    return
+                finally:
+                    c.close_idle()
+                event("bytes" if got else "no bytes")
+                assert _body_of(raw).startswith(got)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(run())

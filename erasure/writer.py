@@ -107,7 +107,7 @@ class ArchiveUpload:
 
     async def _body(self, att: _Attempt):
         # Batches go out as lists of fragments: the node client writes a list as one HTTP
-        # chunk without joining it (a copy of every byte sent, see nodeclient.FragmentsPayload).
+        # chunk without joining it (a copy of every byte sent, see nodeput.FragmentsPayload).
         batch: list[bytes] = list(self.replay or ())  # a handed-off upload starts again
         size = sum(map(len, batch))
         while not self.ended:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from erasure import nodeclient
+from erasure import nodeput
 from erasure.config import NodeSpec
 from erasure.nodeclient import NodeClient, make_session
 from tests.support.nodeproc import NodeCluster
@@ -17,14 +17,14 @@ from tests.support.nodeproc import NodeCluster
 
 async def test_list_items_are_stored_as_their_concatenation(tmp_path, monkeypatch) -> None:
     heads: list[bool] = []
-    take = nodeclient._take_head
+    take = nodeput._take_head
 
     def recording(writer):
         head = take(writer)
         heads.append(head is not None)
         return head
 
-    monkeypatch.setattr(nodeclient, "_take_head", recording)
+    monkeypatch.setattr(nodeput, "_take_head", recording)
     frag = [os.urandom(131_152) for _ in range(9)]
     shapes: dict[str, list[bytes | list[bytes]]] = {
         # a first batch of several pieces (the request head goes with the first of them)

@@ -34,7 +34,7 @@ MAX_LIST_LIMIT = 10_000
 # a record chunk (1 MiB). The bug it avoids is in the writelines asyncio's selector transport
 # gained in 3.12.0; before 3.12 asyncio's transports inherit one that joins anyway and
 # uvloop's (the node's loop) is a writev. Same switch as the gateway's node client
-# (erasure/nodeclient.py).
+# (erasure/nodeput.py).
 if sys.version_info < (3, 12):
     http_writer.SKIP_WRITELINES = False
 

@@ -22,8 +22,11 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 # ------------------------------------------------------------------ client side (pytest)
+
+_REPO = str(Path(__file__).resolve().parents[2])  # where `-m tests.support...` imports from
 
 
 class Zygote:
@@ -33,7 +36,7 @@ class Zygote:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.nodezygote"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env=dict(env), cwd=os.getcwd())
+                                     env=dict(env), cwd=_REPO)
         self.lock = threading.Lock()
         assert self._read() == {"ready": True}
 

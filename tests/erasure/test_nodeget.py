@@ -17,6 +17,7 @@ from erasure import nodeget
 from erasure.config import NodeSpec
 from erasure.nodeclient import NodeClient, NodeUnavailable, RecordMissing, make_session
 from tests.support.nodeproc import NodeCluster
+from tests.support.peerclient import peer_client
 
 pytestmark = pytest.mark.timeout(120)
 SECRET = "nodeget-secret"
@@ -37,14 +38,19 @@ def client(node: NodeCluster, session, timeout: float = 10.0) -> NodeClient:
     return NodeClient(NodeSpec(node.ids[0], node.urls[0], "d", ()), SECRET, session, timeout)
 
 
+async def stored(node: NodeCluster, session, record_id: str, payload: bytes) -> NodeClient:
+    """A client of the node, with `payload` stored as `record_id`."""
+    c = client(node, session)
+    await c.put(record_id, body(payload), length=len(payload), stream="s", meta=b"{}")
+    return c
+
+
 def test_one_connection_serves_every_get_error_answers_included(node: NodeCluster) -> None:
     payload = os.urandom(300_000)
 
     async def run() -> None:
         async with make_session() as session:
-            c = client(node, session)
-            await c.put("nodeget.reuse", body(payload), length=len(payload), stream="s",
-                        meta=b"{}")
+            c = await stored(node, session, "nodeget.reuse", payload)
             assert await c.get_bytes("nodeget.reuse") == payload
             assert c._gets is not None
             [conn] = c._gets._idle
@@ -66,8 +72,7 @@ def test_a_range_larger_than_the_read_window_arrives_whole(node: NodeCluster) ->
 
     async def run() -> None:
         async with make_session() as session:
-            c = client(node, session)
-            await c.put("nodeget.big", body(payload), length=size, stream="s", meta=b"{}")
+            c = await stored(node, session, "nodeget.big", payload)
             assert await c.get_bytes("nodeget.big") == payload  # one take of it all
             rng = random.Random(4)
             async with c.get("nodeget.big", 100, size - 100) as r:
@@ -87,9 +92,7 @@ def test_a_pooled_connection_the_node_closed_is_replaced(node: NodeCluster) -> N
 
     async def put_and_read() -> None:
         async with make_session() as session:
-            c = client(node, session)
-            await c.put("nodeget.again", body(payload), length=len(payload), stream="s",
-                        meta=b"{}")
+            c = await stored(node, session, "nodeget.again", payload)
             assert await c.get_bytes("nodeget.again") == payload
             node.restart(0)  # same port: the pooled connection is now dead
             assert await c.get_bytes("nodeget.again", 10, 20) == payload[10:20]
@@ -105,20 +108,14 @@ def test_a_peer_that_never_answers_is_unavailable_after_the_timeout() -> None:
         async def accept(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             held.append(w)  # reads nothing, answers nothing
 
-        server = await asyncio.start_server(accept, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
-            async with make_session() as session:
-                c = NodeClient(NodeSpec("mute", f"http://127.0.0.1:{port}", "d", ()), SECRET,
-                               session, timeout=0.5)
+        async with peer_client(accept, SECRET, node_timeout=0.5) as c:
+            try:
                 with pytest.raises(NodeUnavailable):
                     await asyncio.wait_for(c.get_bytes("nodeget.any"), 30)
                 assert not c.up
-        finally:
-            for w in held:
-                w.close()
-            server.close()
-            await server.wait_closed()
+            finally:
+                for w in held:
+                    w.close()
 
     asyncio.run(run())
 
@@ -136,16 +133,8 @@ def test_an_answer_that_is_not_proper_http_is_unavailable_not_data(answer: bytes
             await w.drain()
             w.close()
 
-        server = await asyncio.start_server(accept, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
-            async with make_session() as session:
-                c = NodeClient(NodeSpec("odd", f"http://127.0.0.1:{port}", "d", ()), SECRET,
-                               session, timeout=5)
-                with pytest.raises(NodeUnavailable):
-                    await c.get_bytes("nodeget.any")
-        finally:
-            server.close()
-            await server.wait_closed()
+        async with peer_client(accept, SECRET, node_timeout=5) as c:
+            with pytest.raises(NodeUnavailable):
+                await c.get_bytes("nodeget.any")
 
     asyncio.run(run())

@@ -11,8 +11,8 @@ import base64
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from erasure.config import NodeSpec
-from erasure.nodeclient import NodeClient, NodeError, make_session
+from erasure.nodeclient import NodeError
+from tests.support.peerclient import peer_client
 
 SECRET = "nodeget-fuzz-secret"
 
@@ -77,24 +77,14 @@ def test_any_answer_is_its_body_or_a_node_error(raw: bytes, cuts: list[int],
             finally:
                 w.close()  # always ends: an incomplete answer is cut, not held open
 
-        server = await asyncio.start_server(accept, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
-            async with make_session() as session:
-                c = NodeClient(NodeSpec("fuzz", f"http://127.0.0.1:{port}", "d", ()), SECRET,
-                               session, timeout=2.0)
-                try:
-                    got = await asyncio.wait_for(
-                        c.get_bytes("fuzz.r", 0, 100) if ranged else c.get_bytes("fuzz.r"), 30)
-                except NodeError as e:
-                    event(f"error: {type(e).__name__}")
-                    return
-                finally:
-                    c.close_idle()
-                event("bytes" if got else "no bytes")
-                assert _body_of(raw).startswith(got)
-        finally:
-            server.close()
-            await server.wait_closed()
+        async with peer_client(accept, SECRET, node_timeout=2.0) as c:
+            try:
+                got = await asyncio.wait_for(
+                    c.get_bytes("fuzz.r", 0, 100) if ranged else c.get_bytes("fuzz.r"), 30)
+            except NodeError as e:
+                event(f"error: {type(e).__name__}")
+                return
+            event("bytes" if got else "no bytes")
+            assert _body_of(raw).startswith(got)
 
     asyncio.run(run())

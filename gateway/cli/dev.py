@@ -66,6 +66,7 @@ MALLOC_ENV = {
 }
 READY_BANNER = "ZoneGate is ready"
 REAP_S = 8.0  # what the rest of a dead child's group gets after SIGTERM before SIGKILL
+PROMETHEUS_INTERVAL = "5s"  # --prometheus's scrape interval unless --prometheus-interval
 
 
 def _prom_duration(text: str) -> str:
@@ -95,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prometheus", action="store_true",
                    help="also run Prometheus (the `prometheus` binary, when installed) scraping "
                         "every process, configured under DIR/prometheus")
-    p.add_argument("--prometheus-interval", default="5s", metavar="DURATION",
+    p.add_argument("--prometheus-interval", default=None, metavar="DURATION",
                    type=_prom_duration,
                    help="--prometheus's scrape interval (default 5s, so a dev cluster's "
                         "graphs move while you watch; deploy/prometheus.yml keeps 15s)")
@@ -415,7 +416,7 @@ class Launcher:
         port = free_port(host, {split_url(n["url"])[1] for n in self.cfg["nodes"]},
                           "prometheus")
         doc = promdev.scrape_config(self.cfg, self.endpoint, ca_file=self.ca,
-                                   interval=self.args.prometheus_interval)
+                                   interval=self.args.prometheus_interval or PROMETHEUS_INTERVAL)
         listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         argv = promdev.prepare(self.data / "prometheus", doc, listen, exe)
         self.prometheus = Child("prometheus", argv, self.data / "logs" / "prometheus.log")
@@ -544,6 +545,9 @@ class Launcher:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    if args.prometheus_interval is not None and not args.prometheus:
+        raise ValueError("--prometheus-interval sets --prometheus's scrape interval: "
+                         "add --prometheus")
     launcher = Launcher(args)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, launcher._on_signal)

@@ -38,10 +38,8 @@ from erasure.nodeput import FragmentsPayload
 from zonestore.logsetup import REQUEST_ID, REQUEST_ID_HEADER
 from zonestore.nodeauth import sign_headers
 
-# aiohttp.web closes idle keep-alive connections after 75 s, uvicorn after 5 s: stay below both,
-# or a reused connection fails with "Cannot write to closing transport".
-KEEPALIVE_TIMEOUT = 4.0
-
+# the node session keeps connections as the record GETs' pool does (erasure/nodeget.py)
+KEEPALIVE_TIMEOUT = nodeget.KEEPALIVE_TIMEOUT
 
 
 class NodeError(Exception):
@@ -85,7 +83,7 @@ _observers: WeakKeyDictionary[aiohttp.ClientSession, tuple[NodeCallObserver, ...
     WeakKeyDictionary()
 
 
-def make_session(limit_per_host: int = 64,
+def make_session(limit_per_host: int = nodeget.LIMIT,
                  trace_configs: Iterable[aiohttp.TraceConfig | NodeCallObserver] | None = None
                  ) -> aiohttp.ClientSession:
     """The node session; `trace_configs` may mix aiohttp TraceConfigs and NodeCallObservers."""

@@ -37,8 +37,11 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict
 
-KEEPALIVE_TIMEOUT = 4.0  # as the aiohttp session's (nodeclient.py): below any server's
-LIMIT = 64               # connections in use per node at once (aiohttp's limit_per_host)
+# aiohttp.web closes idle keep-alive connections after 75 s, uvicorn after 5 s: stay below both,
+# or a reused connection fails with "Cannot write to closing transport". The node session
+# (nodeclient.make_session) uses the same two settings.
+KEEPALIVE_TIMEOUT = 4.0
+LIMIT = 64               # connections in use per node at once
 BODY_CHUNK = 1024 * 1024  # most body bytes received into one buffer
 WINDOW = 2 * BODY_CHUNK   # received and not yet taken: reading pauses above this
 HEAD_READ = 16 * 1024     # read size while a head is incomplete

@@ -159,10 +159,12 @@ def _child(req: dict, fds: Sequence[int]) -> None:
         sys.argv = [node_main.__file__, *req["spawn"]]
         try:
             code = node_main.main(req["spawn"]) or 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            if not isinstance(e.code, int) and e.code is not None:
+        except SystemExit as e:  # as the interpreter ends on one
+            if e.code is None or isinstance(e.code, int):
+                code = e.code or 0
+            else:
                 print(e.code, file=sys.stderr)
+                code = 1
     except BaseException:
         import traceback
         traceback.print_exc()

@@ -236,11 +236,16 @@ class ZoneAllocator:
                 best = w
         return best
 
-    async def writer_for(self, stream: str, *, gc: bool = False, need: int = 1) -> ZoneWriter:
+    async def writer_for(self, stream: str, *, gc: bool = False, need: int = 1,
+                         waits: bool | None = None) -> ZoneWriter:
         """A writer with at least `need` bytes of room for this stream's lifetime class:
         the class's own zone, else a new zone for it while the budget and the empty zones
         allow, else a share of another open zone. When no zone is left, a put waits (up to
-        `space_wait` seconds) for reclaim to free one; NoSpace only when nothing can."""
+        `space_wait` seconds) for reclaim to free one; NoSpace only when nothing can.
+        `waits` (default: not `gc`) lets a delete's tombstone, which writes to reclaim's
+        zone, wait too: only reclaim's own copies must never wait for reclaim."""
+        if waits is None:
+            waits = not gc
         key = GC_CLASS if gc else self.class_of(stream)
         w = self._classes.get(key)
         if self._usable(w, need):
@@ -254,13 +259,15 @@ class ZoneAllocator:
             # No zone: make room outside the allocation lock (reclaim's own writer needs it).
             if gc and await self._free_dead_zones():
                 continue  # resetting a dead zone needs no room
-            if gc:  # reclaim never waits for itself
+            if not waits:  # reclaim never waits for itself
                 raise NoSpace(f"{self.device.info.path}: no free zone left for reclaim")
             if not deadline:
                 deadline = time.monotonic() + self.space_wait
             self.space_waiters += 1
             try:
-                ok = await self._make_room(deadline)
+                # A tombstone may take the zone a put must leave in reserve: it retries the
+                # allocation after each of reclaim's passes, not only once puts could.
+                ok = await self._make_room(deadline, once=gc)
             finally:
                 self.space_waiters -= 1
             if not ok or time.monotonic() > deadline:
@@ -358,15 +365,18 @@ class ZoneAllocator:
     def _put_writers(self) -> int:
         return sum(1 for w in self._writers.values() if not w.gc)
 
-    async def _make_room(self, deadline: float) -> bool:
+    async def _make_room(self, deadline: float, once: bool = False) -> bool:
         """Wait for reclaim to free a zone (running it here if it is not running); False
-        once nothing can be freed or the deadline passed."""
+        once nothing can be freed or the deadline passed. `once`: return after one pass
+        that did not find the drive full."""
         from zonestore.reclaim import make_room
 
         while True:
             self._check_open()
             got = await make_room(self)
-            if got == "freed":
+            if got == "freed" or (once and got == "busy"):
+                if got == "busy":
+                    await asyncio.sleep(0.02)
                 return True
             if got == "none" or time.monotonic() >= deadline:
                 return False
@@ -378,7 +388,7 @@ class ZoneAllocator:
         return await reset_dead_zones(self) > 0
 
     async def _cursor_writer(self, cur: _PutCursor, stream: str, need: int, *,
-                             gc: bool = False) -> ZoneWriter:
+                             gc: bool = False, waits: bool | None = None) -> ZoneWriter:
         """A writer for this put with at least `need` bytes of room."""
         while True:
             w = cur.w
@@ -388,7 +398,7 @@ class ZoneAllocator:
                 cur.release()
                 if not w.closing and w.error is None and w.remaining < FULL_SLACK:
                     w.retire()  # too little room left to be useful: finish the zone
-            w = await self.writer_for(stream, gc=gc, need=need)
+            w = await self.writer_for(stream, gc=gc, need=need, waits=waits)
             if w.remaining < need:
                 await asyncio.sleep(0)
                 continue

@@ -515,7 +515,10 @@ class ZoneLog(ZoneAllocator, SpaceAdmission, RecordReader, RecordRelocation):
         try:
             # Tombstones share reclaim's zone: they live as long as the dead copies they
             # cover, and a delete must work on a full drive (it is how space comes back).
-            w = await self._cursor_writer(cur, TOMBSTONE_STREAM, len(rec), gc=True)
+            # A delete waits, as a put does, for a reclaim pass about to reset a zone;
+            # reclaim's own copy of a tombstone (`gc`) must not wait for itself.
+            w = await self._cursor_writer(cur, TOMBSTONE_STREAM, len(rec), gc=True,
+                                          waits=not gc)
             off = w.append(rec)
         finally:
             cur.release()

@@ -260,3 +260,61 @@ async def test_a_full_drive_reopened_with_reclaims_zone_half_written_frees_its_g
     await log.close()
     with open_device(drive) as dev:
         assert fsck(dev, drive / "index.sqlite")[0] == []
+
+
+async def test_a_delete_waits_for_a_reset_under_way_instead_of_failing(tmp_path):
+    """A delete's tombstone goes to reclaim's zone. When that zone is full and the only
+    zone coming free is being reset by a reclaim pass, the delete waits for the reset, as a
+    put does, instead of failing with NoSpace (a delete is how space comes back)."""
+    import threading
+
+    from zonestore.allocator import GC_CLASS
+    from zonestore.reclaim import make_room
+
+    # (The fill's last put waits `space_wait` for its own pinned zone before its NoSpace.)
+    log = await open_log(make_drive(tmp_path, zones=6), space_wait=0.2)
+    gate = threading.Event()
+    try:
+        stored: dict[str, bytes] = {}
+        for n in range(1000):
+            rid, data = f"r{n}", payload(n, 256 * KiB)
+            try:
+                await log.put(rid, data, stream="s")
+            except NoSpace:
+                break
+            stored[rid] = data
+        zs = log.zone_size
+        z0 = min(log.full_zones)
+        for rid in [r for r in stored if z0 in log.index.lookup(r).zone_bytes(zs)]:
+            assert await log.delete(rid)  # the tombstones take the zone puts left in reserve
+            del stored[rid]
+        assert not log._empty and log.index.live.get(z0, 0) <= 0
+        gc = log._classes[GC_CLASS]
+        gc.retire()  # reclaim's zone full, as its copies leave it
+        await gc.finished.wait()
+
+        log.space_wait = 10.0
+        real_reset = log.device.reset_zone
+        log.device.reset_zone = lambda z: (gate.wait(10), real_reset(z))[1]  # a slow drive
+        reclaim_pass = asyncio.create_task(make_room(log))
+        for _ in range(200):
+            if z0 in log._reclaiming:
+                break
+            await asyncio.sleep(0.01)
+        assert z0 in log._reclaiming, "the reclaim pass did not start resetting the zone"
+
+        victim = next(iter(stored))
+        delete = asyncio.create_task(log.delete(victim))
+        await asyncio.sleep(0.3)
+        assert not delete.done(), f"the delete ended while the reset was under way: {delete}"
+        gate.set()
+        assert await delete is True
+        del stored[victim]
+        await reclaim_pass
+        with pytest.raises(RecordNotFound):
+            await read_all(log, victim)
+        for rid, data in stored.items():
+            assert await read_all(log, rid) == data
+    finally:
+        gate.set()
+        await log.close()

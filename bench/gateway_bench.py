@@ -119,8 +119,8 @@ def spawn(argv: list[str], **kw) -> subprocess.Popen:
 
 def server_env() -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    for k, v in (("MALLOC_TRIM_THRESHOLD_", "268435456"), ("MALLOC_TOP_PAD_", "67108864"),
-                 ("MALLOC_MMAP_THRESHOLD_", "268435456")):
+    from gateway.server.serve import MALLOC_ENV
+    for k, v in MALLOC_ENV.items():
         env.setdefault(k, v)
     return env
 

@@ -48,6 +48,7 @@ from gateway.cli.devconfig import (
     split_url,
     write_config,
 )
+from gateway.server.serve import MALLOC_ENV
 from zonestore.cli import _size as parse_size
 from zonestore.emulated import Geometry
 from zonestore.nodeauth import sign_headers
@@ -57,13 +58,6 @@ ENV_NAME = "env.sh"  # the client environment, written at every start
 LOCK_NAME = "zonegate-dev.lock"
 MiB = 1024 * 1024
 GiB = 1024 * MiB
-# glibc's default trim/mmap thresholds make CPython regrow its heap for every large buffer;
-# measured to matter 2-12x for the servers (shared/notes/performance.md, Makefile).
-MALLOC_ENV = {
-    "MALLOC_TRIM_THRESHOLD_": "268435456",
-    "MALLOC_TOP_PAD_": "67108864",
-    "MALLOC_MMAP_THRESHOLD_": "268435456",
-}
 READY_BANNER = "ZoneGate is ready"
 REAP_S = 8.0  # what the rest of a dead child's group gets after SIGTERM before SIGKILL
 PROMETHEUS_INTERVAL = "5s"  # --prometheus's scrape interval unless --prometheus-interval

@@ -36,6 +36,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+# glibc's default trim/mmap thresholds make CPython regrow its heap for every large buffer;
+# measured to matter 2-12x for the servers (shared/notes/performance.md). The one definition:
+# `zonegate dev`, the tests and the Makefile's defaults use the same.
 MALLOC_ENV = {
     "MALLOC_TRIM_THRESHOLD_": "268435456",
     "MALLOC_TOP_PAD_": "67108864",

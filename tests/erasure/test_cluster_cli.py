@@ -15,12 +15,11 @@ import pytest
 
 from erasure.cluster import ErasureCluster
 from erasure.config import ClusterConfig, write_config
+from gateway.server.serve import MALLOC_ENV
 
 pytest.importorskip("zonestore.pool", reason="the node daemon needs the drive pool")
 pytestmark = pytest.mark.timeout(300)
 ZONEGATE = str(Path(sys.executable).parent / "zonegate")
-MALLOC = {"MALLOC_TRIM_THRESHOLD_": "268435456", "MALLOC_TOP_PAD_": "67108864",
-          "MALLOC_MMAP_THRESHOLD_": "268435456"}
 
 
 def free_ports(n: int) -> list[int]:
@@ -56,7 +55,7 @@ async def test_zonegate_node_from_config_and_repair(tmp_path: Path) -> None:
             log = open(tmp_path / f"n{i}.log", "wb")  # noqa: ASYNC230, SIM115
             procs.append(await asyncio.create_subprocess_exec(
                 ZONEGATE, "node", "--config", str(path), "--id", f"n{i}", "--create-drives",
-                stdout=log, stderr=log, env={**os.environ, **MALLOC}, start_new_session=True))
+                stdout=log, stderr=log, env={**os.environ, **MALLOC_ENV}, start_new_session=True))
             log.close()
         async with ErasureCluster(cfg, health_interval=0) as cluster:
             for _ in range(300):

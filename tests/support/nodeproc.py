@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlencode
 
+from gateway.server.serve import MALLOC_ENV
 from tests.support.nodezygote import ForkedNode, spawn_node
 from zonestore.emulated import Geometry, create_emulated_drive
 from zonestore.nodeauth import sign_headers
@@ -40,11 +41,6 @@ MiB = 1 << 20
 # Small sparse drives: 32 zones of 32 MiB (1 GiB each), the default limits of an SMR drive.
 TEST_GEOMETRY = Geometry(nr_zones=32, zone_size=32 * MiB, zone_capacity=32 * MiB)
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
-MALLOC_ENV = {  # from the Makefile; see shared/notes/performance.md
-    "MALLOC_TRIM_THRESHOLD_": "268435456",
-    "MALLOC_TOP_PAD_": "67108864",
-    "MALLOC_MMAP_THRESHOLD_": "268435456",
-}
 
 
 class NodeStartError(RuntimeError):

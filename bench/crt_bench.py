@@ -6,11 +6,13 @@ MountpointS3Client (the CRT, `--part-mib` parts; what DCP's S3StorageWriter/Read
 Reported per phase: MB/s, CPU seconds per GiB of the gateway processes, the node processes
 and the client (this process), from /proc. With `--src DIR` a second cluster runs from another
 source tree (the "before" of a change), phases interleaved run by run: compare the ratios.
+`--warm MIB` first PUTs that much through each cluster: the steady state (a fresh gateway
+worker's heap grows over its first GiBs, a page fault per 4 KiB).
 `--spy ROLE:PHASE` also records that role's processes with py-spy (if installed) during that
 phase's first run and prints the functions with the most samples.
 
     python -m bench crt [--mib 1024] [--obj-mib 128] [--part-mib 8] [--threads 4] [--runs 2]
-        [--src DIR] [--spy gateway:put] [--phases put,get] [--json F]
+        [--warm MIB] [--src DIR] [--spy gateway:put] [--phases put,get] [--json F]
 """
 
 from __future__ import annotations
@@ -107,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part-mib", type=int, default=8)
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--runs", type=int, default=2)
+    p.add_argument("--warm", type=int, default=0, metavar="MIB",
+                   help="PUT this many MiB (the same keys) before measuring: a fresh gateway "
+                        "worker's heap grows over its first GiBs, page faults included")
     p.add_argument("--src", type=Path, help="a second source tree to compare against")
     p.add_argument("--spy", default="", help="ROLE:PHASE, e.g. gateway:put or node:get")
     p.add_argument("--phases", default="put,get", help="which phases, e.g. put (a PUT change)")
@@ -125,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     n = max(1, a.mib // a.obj_mib)
     gib = n * len(blob) / GiB
     root = Path(tempfile.mkdtemp(prefix="zonegate-crt-"))
-    zones = max(48, int(gib * 2 * 1.25 * 1024 / 64 / 24) + 8)
+    zones = max(48, int((gib * 2 + a.warm / 1024) * 1.25 * 1024 / 64 / 24) + 8)
     trees: dict[str, Path | None] = {"current": None}
     if a.src is not None:
         trees["before"] = a.src.resolve()
@@ -141,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                 client = MountpointS3Client("us-east-1", endpoint=c.endpoint,
                                             force_path_style=True, part_size=a.part_mib * MiB)
                 setups[name] = (client, RoleClock(c.child_pids()))
+            for _ in range(-(-a.warm // (n * a.obj_mib)) if a.warm else 0):
+                for client, _clock in setups.values():
+                    _run_phase(client, "put", n, blob, a.threads)
             print(f"crt: {n} objects of {a.obj_mib} MiB ({gib:.2f} GiB), {a.part_mib} MiB "
                   f"parts, {a.threads} threads, trees {list(trees)}, load {loadavg():.1f}")
             for run in range(a.runs):

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-import sys
 import time
 from collections.abc import Mapping
 from urllib.parse import urlsplit
@@ -49,30 +48,7 @@ HEAD_READ = 16 * 1024     # read size while a head is incomplete
 MAX_HEAD = 64 * 1024      # an answer's head larger than this is a protocol error
 MAX_ERROR_BODY = 1024 * 1024  # an error answer's body larger than this is cut short
 
-SPARE_BUFFERS = 16        # full-size body buffers kept for reuse, per process
-
 _IDLE, _HEAD, _BODY, _DONE = range(4)
-_spare: collections.deque[bytearray] = collections.deque()
-
-
-def _body_buffer(n: int) -> bytearray:
-    """A buffer for `n` (<= BODY_CHUNK) body bytes. A full-size one is reused once no view of
-    it is left: a fresh bytearray costs a 1 MiB memset into memory the cache does not hold."""
-    if n < BODY_CHUNK // 4:
-        return bytearray(n)
-    for _ in range(len(_spare)):
-        b = _spare.popleft()
-        # CPython: the local and the call's argument. A view handed out (its managed buffer)
-        # holds one more reference until the last view of the buffer is gone.
-        if sys.getrefcount(b) == 2:
-            return b
-        _spare.append(b)
-    return bytearray(BODY_CHUNK)
-
-
-def _retire(b: bytearray | None) -> None:
-    if b is not None and len(b) == BODY_CHUNK and len(_spare) < SPARE_BUFFERS:
-        _spare.append(b)
 
 
 class Lost(ConnectionError):
@@ -133,7 +109,6 @@ class GetProtocol(asyncio.BufferedProtocol):
         self._until_close = False  # a body framed by the connection's end
         self._remaining = 0        # body bytes still to receive
         self._cur: bytearray | None = None
-        self._cap = 0              # bytes of _cur this answer's body may fill
         self._fill = 0
         self._ready: collections.deque[memoryview] = collections.deque()
         self._buffered = 0         # received, not yet taken
@@ -163,13 +138,11 @@ class GetProtocol(asyncio.BufferedProtocol):
         if self._state != _BODY or self._until_close:
             return self._hbuf
         cur = self._cur
-        if cur is None or self._fill == self._cap:
-            # a new buffer; the old one is reused once the views handed out are gone
-            _retire(cur)
-            self._cap = min(BODY_CHUNK, self._remaining)
-            cur = self._cur = _body_buffer(self._cap)
+        if cur is None or self._fill == len(cur):
+            # a new buffer, never reused: the views handed out keep the old ones alive
+            cur = self._cur = bytearray(min(BODY_CHUNK, self._remaining))
             self._fill = 0
-        return memoryview(cur)[self._fill:self._cap]
+        return memoryview(cur)[self._fill:]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._state == _BODY and not self._until_close:
@@ -253,7 +226,6 @@ class GetProtocol(asyncio.BufferedProtocol):
 
     def _finish(self) -> None:
         self._state = _DONE
-        _retire(self._cur)
         self._cur = None
 
     def _fail(self, exc: BaseException) -> None:

@@ -154,15 +154,22 @@ def test_status_watch_repeats_until_interrupted(cluster):
     import signal
 
     _nodes, config, _state = cluster
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "status", "--config",
-                             str(config), "--json", "--watch", "0.2"], stdout=subprocess.PIPE,
-                            text=True)
+    # -X faulthandler: should it ignore the SIGINT, a SIGABRT shows where each thread is.
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "gateway.cli", "status",
+                             "--config", str(config), "--json", "--watch", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         docs = [json.loads(proc.stdout.readline()) for _ in range(3)]
         assert all(d["nodes_up"] == 6 for d in docs)
     finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 0
+        try:
+            _out, err = proc.communicate(timeout=30)  # drained: a full pipe blocks an exit
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            _out, err = proc.communicate(timeout=10)
+            pytest.fail(f"status --watch still ran 30 s after SIGINT:\n{err[-6000:]}")
+    assert proc.returncode == 0, err[-2000:]
 
 
 def test_status_refuses_a_bad_config_in_one_line(tmp_path):

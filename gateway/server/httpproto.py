@@ -37,7 +37,11 @@ import termios
 from typing import Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from gateway.s3.errors import S3Error, error_xml
 from gateway.server.httplimits import MAX_BODY_BYTES, HttpLimits
@@ -48,6 +52,11 @@ POLL_S = 0.05  # delivery is acknowledged within a round trip; this only bounds 
 # encoded the last piece. Letting 1 MiB (one erasure segment) wait instead: a single curl PUT of
 # 1 GiB through 12 nodes 313-334 -> 341-392 MB/s, interleaved A/B. Memory: this much per upload.
 BODY_BUFFER = 1024 * 1024
+# The app is handed the body in pieces of this size, aligned on the body's start (the last one
+# shorter): the erasure segment size, so that the upload path (gateway/store/storage.py
+# `coalesce`, erasure/codec.py `segments`) passes them on as they are instead of joining
+# pieces again, and each piece is built with one join of what the socket delivered.
+BODY_SEGMENT = 1024 * 1024
 # After a refusal, what the client still sends is read and dropped for this long, or up to
 # this many bytes, so that its kernel does not get a reset before the client read the answer.
 LINGER_S = 2.0
@@ -70,10 +79,10 @@ class BodyChunks:
     __slots__ = ("chunks", "size")
 
     def __init__(self) -> None:
-        self.chunks: list[bytes] = []
+        self.chunks: list[bytes | memoryview] = []
         self.size = 0
 
-    def __iadd__(self, chunk: bytes) -> BodyChunks:
+    def __iadd__(self, chunk: bytes | memoryview) -> BodyChunks:
         self.chunks.append(chunk)
         self.size += len(chunk)
         return self
@@ -84,8 +93,68 @@ class BodyChunks:
     def __bytes__(self) -> bytes:
         chunks = self.chunks
         if len(chunks) == 1:
-            return chunks[0]
+            return bytes(chunks[0])
         return b"".join(chunks)
+
+    def take(self, n: int) -> bytes:
+        """The first `n` bytes (n <= size) as one bytes object, removed from the chunks; one
+        join, or none where the first chunk is exactly those bytes."""
+        chunks = self.chunks
+        first = chunks[0]
+        if len(first) == n and type(first) is bytes:
+            del chunks[0]
+            self.size -= n
+            return first
+        parts: list[bytes | memoryview] = []
+        need = n
+        i = 0
+        while need:
+            c = chunks[i]
+            if len(c) <= need:
+                parts.append(c)
+                need -= len(c)
+                i += 1
+            else:  # split: the rest stays as a view of the same bytes (no copy)
+                view = memoryview(c)
+                parts.append(view[:need])
+                chunks[i] = view[need:]
+                need = 0
+        del chunks[:i]
+        self.size -= n
+        return b"".join(parts)
+
+
+class GatewayCycle(RequestResponseCycle):
+    """uvicorn's request cycle, handing the body out in BODY_SEGMENT pieces (see there)
+    instead of all that waited at each receive(): uvicorn's `bytes(self.body)` joined the
+    waiting chunks, then the upload path joined them again into segments."""
+
+    async def receive(self) -> Any:
+        if self.waiting_for_100_continue and not self.transport.is_closing():
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.waiting_for_100_continue = False
+        # Wait for news (a body piece, its end, a disconnect) unless a whole segment, or the
+        # rest of an ended body, is waiting; once the end was handed out a call waits for the
+        # disconnect, as uvicorn's does (Starlette listens for it while it streams a response).
+        while not (self.disconnected or self.response_complete):
+            if len(self.body) >= BODY_SEGMENT or not (self.more_body or self.__dict__.get(
+                    "_end_told", False)):
+                break
+            self.flow.resume_reading()
+            await self.message_event.wait()
+            self.message_event.clear()
+        if self.disconnected or self.response_complete:
+            return {"type": "http.disconnect"}
+        pending = self.body
+        if type(pending) is BodyChunks and pending.size >= BODY_SEGMENT:
+            body = pending.take(BODY_SEGMENT)
+            more = self.more_body or pending.size > 0
+        else:
+            body, more = bytes(pending), self.more_body
+            self.body = BodyChunks()
+        if not more:
+            self._end_told = True
+        return {"type": "http.request", "body": body, "more_body": more}
 
 
 def unacked_bytes(transport: object) -> int | None:
@@ -131,6 +200,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._send_timer: asyncio.TimerHandle | None = None
         self._refusal: S3Error | None = None
         self._lingering = False
+        # Body bytes of the current request the parser has not been given: a body of known
+        # length is taken from the reads here instead (see data_received). 0: none.
+        self._body_left = 0
         self.url = b""  # uvicorn sets it at the first request; the timers look at it earlier
 
     # -- timers
@@ -178,6 +250,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         the refusal is about the request the app has (else about a head not yet passed on)."""
         self._disarm()
         self._in_head = self._in_body = False
+        self._body_left = 0
         t = self.transport
         cycle = self.cycle
         if cycle is not None and (current or not cycle.response_complete):
@@ -260,6 +333,10 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         self._last_rx = self.loop.time()
+        if self._body_left:
+            data = self._body_received(data)
+            if not data:
+                return
         if self._in_head:
             self._head_raw += len(data)
         try:
@@ -283,6 +360,43 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                 self._refuse(too_large("line", self.limits.max_url_bytes))
             else:
                 self._refuse(too_large("header section", self.limits.max_header_bytes))
+
+    def _body_received(self, data: bytes) -> bytes:
+        """Body bytes of a request with a Content-Length, taken as they were read: httptools
+        would copy each read into a new bytes object for on_body. When the body is complete,
+        the request ends here and a new parser takes the bytes after it (a pipelined request):
+        the old one still waits for the body it was not given. Returns those bytes."""
+        n = len(data)
+        left = self._body_left
+        if n <= left:
+            self._body_left = left - n
+            self._deliver(data)
+            rest = b""
+        else:
+            view = memoryview(data)
+            self._body_left = 0
+            self._deliver(view[:left])
+            rest = data[left:]
+        if not self._body_left:
+            self.parser = httptools.HttpRequestParser(self)
+            self.on_message_complete()
+        return rest
+
+    def _take_body(self) -> None:
+        """After the head: a body of one valid Content-Length, no Transfer-Encoding and no
+        upgrade is taken from the reads by data_received (its first bytes, read with the head,
+        the parser delivers)."""
+        length = None
+        for name, value in self.headers:
+            if name == b"content-length":
+                m = DIGITS.fullmatch(value.strip())
+                if length is not None or m is None:
+                    return
+                length = int(m.group())
+            elif name == b"transfer-encoding" or name == b"upgrade":
+                return
+        if length and not self.parser.should_upgrade():
+            self._body_left = length
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -314,18 +428,28 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                     raise self._stop(S3Error("EntityTooLarge", ProposedSize=int(m.group()),
                                              MaxSizeAllowed=MAX_BODY_BYTES))
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and type(cycle) is RequestResponseCycle:
+            cycle.__class__ = GatewayCycle  # a subclass adding no state: see GatewayCycle
+        self._take_body()
         self._in_body = True
         self._last_rx = self.loop.time()
         self._arm(self.limits.body_timeout_seconds, self._body_check)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self._body_left = 0
         self._in_body = False
         self._disarm()
         self._in_head = True
         self._head_raw = 0
 
     def on_body(self, body: bytes) -> None:
+        if self._body_left:  # the parser's share of a body that data_received takes
+            self._body_left -= len(body)
+        self._deliver(body)
+
+    def _deliver(self, body: bytes | memoryview) -> None:
         # uvicorn's own on_body, with BODY_BUFFER for its HIGH_WATER_LIMIT, and BodyChunks for
         # the bytearray its cycle starts with and gets again after each receive().
         cycle = self.cycle

@@ -33,6 +33,7 @@ import fcntl
 import re
 import secrets
 import struct
+import sys
 import termios
 from typing import Any
 
@@ -57,6 +58,37 @@ BODY_BUFFER = 1024 * 1024
 # `coalesce`, erasure/codec.py `segments`) passes them on as they are instead of joining
 # pieces again, and each piece is built with one join of what the socket delivered.
 BODY_SEGMENT = 1024 * 1024
+# Reads not into a body segment (heads, bodies the app did not ask segments for) go into one
+# buffer per process and are copied out at once, as uvloop itself does with its own buffer.
+SCRATCH = 256 * 1024
+_SCRATCH_VIEW = memoryview(bytearray(SCRATCH))
+POOL_KEEP = 48  # segment buffers a worker keeps for reuse (48 MiB at most)
+
+
+class SegmentPool:
+    """Reusable BODY_SEGMENT bytearrays for request bodies received straight into segments.
+
+    A buffer is handed on as a read-only memoryview and is reused only once nothing refers to
+    it any more (its reference count says so): whoever still holds a view of it (the hashing
+    thread, the encoder, a queue) keeps it from being written. So a read-only view from here
+    never changes while it is held. Reusing warm buffers instead of fresh ones per segment
+    spares the page faults of a growing heap."""
+
+    def __init__(self, keep: int = POOL_KEEP) -> None:
+        self.keep = keep
+        self.bufs: list[bytearray] = []
+
+    def get(self) -> bytearray:
+        for b in self.bufs:
+            if sys.getrefcount(b) <= 3:  # the list, `b`, and getrefcount's argument
+                return b
+        b = bytearray(BODY_SEGMENT)
+        if len(self.bufs) < self.keep:
+            self.bufs.append(b)
+        return b
+
+
+POOL = SegmentPool()
 # After a refusal, what the client still sends is read and dropped for this long, or up to
 # this many bytes, so that its kernel does not get a reset before the client read the answer.
 LINGER_S = 2.0
@@ -76,11 +108,12 @@ class BodyChunks:
     reference (httptools makes a new bytes object per callback), `len()`, and `bytes()` gives
     the one chunk as is, or a single join of several."""
 
-    __slots__ = ("chunks", "size")
+    __slots__ = ("chunks", "size", "views")
 
-    def __init__(self) -> None:
+    def __init__(self, views: bool = False) -> None:
         self.chunks: list[bytes | memoryview] = []
         self.size = 0
+        self.views = views  # segments may be handed out as the read-only views they are
 
     def __iadd__(self, chunk: bytes | memoryview) -> BodyChunks:
         self.chunks.append(chunk)
@@ -101,7 +134,7 @@ class BodyChunks:
         join, or none where the first chunk is exactly those bytes."""
         chunks = self.chunks
         first = chunks[0]
-        if len(first) == n and type(first) is bytes:
+        if len(first) == n and (type(first) is bytes or self.views):
             del chunks[0]
             self.size -= n
             return first
@@ -127,7 +160,9 @@ class BodyChunks:
 class GatewayCycle(RequestResponseCycle):
     """uvicorn's request cycle, handing the body out in BODY_SEGMENT pieces (see there)
     instead of all that waited at each receive(): uvicorn's `bytes(self.body)` joined the
-    waiting chunks, then the upload path joined them again into segments."""
+    waiting chunks, then the upload path joined them again into segments. A body the app
+    asked segments for (`scope["extensions"]["zonegate.segments"]`) comes as read-only
+    memoryviews of pooled buffers (SegmentPool), not bytes."""
 
     async def receive(self) -> Any:
         if self.waiting_for_100_continue and not self.transport.is_closing():
@@ -150,8 +185,13 @@ class GatewayCycle(RequestResponseCycle):
             body = pending.take(BODY_SEGMENT)
             more = self.more_body or pending.size > 0
         else:
-            body, more = bytes(pending), self.more_body
-            self.body = BodyChunks()
+            chunks = pending.chunks if type(pending) is BodyChunks else ()
+            if len(chunks) == 1 and pending.views:
+                body = chunks[0]  # a segment's view, as the app asked (see segments_wanted)
+            else:
+                body = bytes(pending)
+            more = self.more_body
+            self.body = BodyChunks(getattr(pending, "views", False))
         if not more:
             self._end_told = True
         return {"type": "http.request", "body": body, "more_body": more}
@@ -179,7 +219,43 @@ def too_large(what: str, limit: int) -> S3Error:
                    MaxSizeAllowed=limit)
 
 
-class GatewayHttpProtocol(HttpToolsProtocol):
+class GatewayHttpProtocol(asyncio.BufferedProtocol):
+    """The gateway's protocol for uvicorn (`http=...:GatewayHttpProtocol`): a buffered
+    protocol, so that a body can be read from the socket straight into its segments (uvloop
+    reads into the buffer given, instead of into its own and then a new bytes object). uvloop
+    treats a protocol as buffered only if it is no asyncio.Protocol, and uvicorn's is one: so
+    this one holds the HTTP protocol (GatewayHttpCore) and passes every event on to it."""
+
+    def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.http = GatewayHttpCore(config, server_state, app_state, _loop)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.http.connection_made(transport)  # type: ignore[arg-type]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.http.connection_lost(exc)
+
+    def eof_received(self) -> bool | None:
+        return self.http.eof_received()
+
+    def pause_writing(self) -> None:
+        self.http.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.http.resume_writing()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.http.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.http.buffer_updated(nbytes)
+
+    def data_received(self, data: bytes) -> None:  # a transport that is not buffered
+        self.http.data_received(data)
+
+
+class GatewayHttpCore(HttpToolsProtocol):
     """uvicorn's httptools protocol; the body buffer, the shutdown of TLS connections and the
     limits of gateway/server/httplimits.py differ."""
 
@@ -203,6 +279,10 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         # Body bytes of the current request the parser has not been given: a body of known
         # length is taken from the reads here instead (see data_received). 0: none.
         self._body_left = 0
+        self._seg: bytearray | None = None  # the segment a body is read into, if asked for
+        self._seg_view: memoryview | None = None
+        self._seg_fill = 0
+        self._into_seg = False  # the last get_buffer gave the segment
         self.url = b""  # uvicorn sets it at the first request; the timers look at it earlier
 
     # -- timers
@@ -251,6 +331,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._disarm()
         self._in_head = self._in_body = False
         self._body_left = 0
+        self._drop_segment()
         t = self.transport
         cycle = self.cycle
         if cycle is not None and (current or not cycle.response_complete):
@@ -291,6 +372,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._drop_segment()
         if self._send_timer is not None:
             self._send_timer.cancel()
         super().connection_lost(exc)
@@ -361,11 +443,94 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             else:
                 self._refuse(too_large("header section", self.limits.max_header_bytes))
 
+    # -- reads: into a body segment or the scratch buffer
+    def get_buffer(self, sizehint: int) -> memoryview:
+        view = self._seg_view
+        if view is not None and self._body_left and not self._lingering:
+            fill = self._seg_fill
+            self._into_seg = True
+            # never past this body: the next request's bytes go through the parser
+            return view[fill:fill + min(BODY_SEGMENT - fill, self._body_left)]
+        self._into_seg = False
+        return _SCRATCH_VIEW
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if not self._into_seg:
+            self.data_received(bytes(_SCRATCH_VIEW[:nbytes]))
+            return
+        self._into_seg = False
+        self._unset_keepalive_if_required()
+        self._last_rx = self.loop.time()
+        self._seg_fill += nbytes
+        self._body_left -= nbytes
+        if self._seg_fill == BODY_SEGMENT or not self._body_left:
+            self._hand_segment()
+        if not self._body_left:
+            self._end_taken_body()
+
+    def _new_segment(self) -> None:
+        self._seg = POOL.get()
+        self._seg_view = memoryview(self._seg)
+        self._seg_fill = 0
+
+    def _drop_segment(self) -> None:
+        self._seg = self._seg_view = None
+        self._seg_fill = 0
+
+    def _hand_segment(self) -> None:
+        view, fill = self._seg_view, self._seg_fill
+        self._drop_segment()
+        if view is not None and fill:
+            self._deliver(view[:fill].toreadonly())
+        if self._body_left:
+            self._new_segment()
+
+    def segments_wanted(self, cycle: RequestResponseCycle) -> bool:
+        """The app asks for the rest of this request's body as read-only views of whole
+        segments (see SegmentPool), read straight into them from the socket; True if so
+        (a body of known length, still arriving; ask before the first receive(), so that
+        the segments are aligned on the body's start). What already waits is copied in."""
+        pending = cycle.body
+        if (cycle is not self.cycle or not self._body_left or self._seg_view is not None
+                or self._lingering or cycle.response_complete):
+            return False
+        cycle.body = BodyChunks(views=True)
+        self._new_segment()
+        for c in getattr(pending, "chunks", (pending,)):
+            self._fill(memoryview(c))
+        return True
+
+    def _fill(self, src: memoryview) -> None:
+        """Copy body bytes into segments, handing each one on once full."""
+        pos, n = 0, len(src)
+        while pos < n and self._seg_view is not None:
+            k = min(BODY_SEGMENT - self._seg_fill, n - pos)
+            self._seg_view[self._seg_fill:self._seg_fill + k] = src[pos:pos + k]
+            self._seg_fill += k
+            pos += k
+            if self._seg_fill == BODY_SEGMENT:
+                self._hand_segment()
+
+    def _copy_into_segments(self, data: bytes) -> bytes:
+        take = min(len(data), self._body_left)
+        self._body_left -= take  # first: a segment filled now is the last one if none left
+        self._fill(memoryview(data)[:take])
+        if not self._body_left:
+            self._hand_segment()
+            self._end_taken_body()
+        return data[take:]
+
+    def _end_taken_body(self) -> None:
+        self.parser = httptools.HttpRequestParser(self)
+        self.on_message_complete()
+
     def _body_received(self, data: bytes) -> bytes:
         """Body bytes of a request with a Content-Length, taken as they were read: httptools
         would copy each read into a new bytes object for on_body. When the body is complete,
         the request ends here and a new parser takes the bytes after it (a pipelined request):
         the old one still waits for the body it was not given. Returns those bytes."""
+        if self._seg_view is not None:  # segments were asked for: a transport not buffered
+            return self._copy_into_segments(data)
         n = len(data)
         left = self._body_left
         if n <= left:
@@ -378,8 +543,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self._deliver(view[:left])
             rest = data[left:]
         if not self._body_left:
-            self.parser = httptools.HttpRequestParser(self)
-            self.on_message_complete()
+            self._end_taken_body()
         return rest
 
     def _take_body(self) -> None:
@@ -432,6 +596,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if cycle is not None and type(cycle) is RequestResponseCycle:
             cycle.__class__ = GatewayCycle  # a subclass adding no state: see GatewayCycle
         self._take_body()
+        if self._body_left and cycle is not None:
+            self.scope.setdefault("extensions", {})["zonegate.segments"] = (
+                lambda: self.segments_wanted(cycle))
         self._in_body = True
         self._last_rx = self.loop.time()
         self._arm(self.limits.body_timeout_seconds, self._body_check)
@@ -439,6 +606,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._body_left = 0
+        self._drop_segment()
         self._in_body = False
         self._disarm()
         self._in_head = True

@@ -2,13 +2,15 @@
 known length are taken from the socket's reads past the parser, and handed to the app in
 BODY_SEGMENT pieces. Whatever the sizes, framing, pipelining and read boundaries, each request
 of a connection reaches the app, in order, with exactly its body bytes; every piece but the
-last is one whole segment; a receive() after the end waits; an app that answers before reading its body leaves the next
+last is one whole segment; a body asked for as segments (read straight into pooled buffers)
+comes as read-only views that stay intact while held; a receive() after the end waits; an app that answers before reading its body leaves the next
 pipelined request intact."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import random
 import socket
 import threading
 import time
@@ -33,17 +35,27 @@ async def _app(scope, receive, send) -> None:
     if path.startswith("/early"):  # answers without reading its body
         out = b"early"
     else:
-        h, n, sizes, more = hashlib.sha256(), 0, [], True
+        # /s...: asks for segments (read-only views of pooled buffers) when they are offered,
+        # and holds every piece until the end: a buffer reused while held would show here
+        # (/t...: later, once some of the body waits: it is copied into the first segments)
+        if path.startswith("/t"):
+            await asyncio.sleep(0.005)
+        segs = path[1] in "st" and scope.get("extensions", {}).get(
+            "zonegate.segments", lambda: False)()
+        held, n, sizes, more = [], 0, [], True
         while more:
             msg = await receive()
             if msg["type"] == "http.disconnect":
                 return
             body = msg.get("body", b"")
-            assert type(body) is bytes
-            h.update(body)
+            assert type(body) is bytes or (segs and type(body) is memoryview and body.readonly)
+            held.append(body)
             n += len(body)
             sizes.append(len(body))
             more = msg.get("more_body", False)
+        h = hashlib.sha256()
+        for body in held:
+            h.update(body)
         aligned = all(s == SEG for s in sizes[:-1])
         # After the end, receive() waits (for a disconnect: Starlette listens for one while
         # it streams a response) instead of answering again at once.
@@ -93,10 +105,10 @@ def _sizes() -> st.SearchStrategy[int]:
 @st.composite
 def _request(draw: st.DrawFn, i: int) -> tuple[bytes, bytes, bytes | None]:
     size = draw(_sizes())
-    body = draw(st.binary(min_size=min(size, 64), max_size=64)) * (size // 64 + 1)
-    body = body[:size]
-    early = draw(st.booleans()) and draw(st.booleans())
-    path = f"/{'early' if early else 'r'}{i}"
+    body = random.Random(draw(st.integers(0, 2**32))).randbytes(size)  # no two segments alike
+    kind = draw(st.sampled_from(["early", "r", "s", "t"]))
+    early = kind == "early"
+    path = f"/{kind}{i}"
     if draw(st.booleans()):  # Content-Length: taken past the parser
         head = f"PUT {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n".encode()
         wire = head + body

@@ -35,6 +35,7 @@ import secrets
 import struct
 import sys
 import termios
+import threading
 from typing import Any
 
 import httptools
@@ -77,15 +78,29 @@ class SegmentPool:
     def __init__(self, keep: int = POOL_KEEP) -> None:
         self.keep = keep
         self.bufs: list[bytearray] = []
+        self._lock = threading.Lock()  # one loop per worker; tests may run several in threads
 
     def get(self) -> bytearray:
-        for b in self.bufs:
-            if sys.getrefcount(b) <= 3:  # the list, `b`, and getrefcount's argument
-                return b
-        b = bytearray(BODY_SEGMENT)
-        if len(self.bufs) < self.keep:
-            self.bufs.append(b)
-        return b
+        with self._lock:
+            for b in self.bufs:
+                if sys.getrefcount(b) <= _UNREFERENCED:
+                    return b
+            b = bytearray(BODY_SEGMENT)
+            if len(self.bufs) < self.keep:
+                self.bufs.append(b)
+            return b
+
+
+def _unreferenced() -> int:
+    """The count getrefcount gives, in get()'s loop, for a buffer only the pool refers to (the
+    list, the loop variable, the argument: 3 on CPython 3.11), measured the same way."""
+    bufs = [bytearray(1)]
+    for b in bufs:
+        return sys.getrefcount(b)
+    raise AssertionError
+
+
+_UNREFERENCED = _unreferenced()
 
 
 POOL = SegmentPool()

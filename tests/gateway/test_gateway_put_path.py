@@ -18,7 +18,7 @@ from aiohttp import http_writer
 
 from erasure.config import NodeSpec
 from erasure.nodeclient import NodeClient, make_session
-from gateway.server.httpproto import BodyChunks, SegmentPool
+from gateway.server.httpbody import BodyChunks, SegmentPool
 from tests.support.nodeproc import NodeCluster
 
 pytestmark = pytest.mark.timeout(120)

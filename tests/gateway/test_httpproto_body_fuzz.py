@@ -22,7 +22,7 @@ import uvloop
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.server.httpproto import BODY_SEGMENT
+from gateway.server.httpbody import BODY_SEGMENT
 
 pytestmark = pytest.mark.timeout(300)
 SEG = BODY_SEGMENT

@@ -270,7 +270,12 @@ def request_body(req: S3Request, *, max_size: int, checksum_algorithm: str | Non
                  md5: bool = True) -> RequestBody:
     """The decoded, verified payload (aws-chunked undone; length, SHA-256, Content-MD5 and
     checksums checked as it ends). The raw stream is coalesced to ~1 MiB first so hashing
-    runs in a worker thread beside the erasure coding."""
+    runs in a worker thread beside the erasure coding. A plain body (no aws-chunked framing)
+    is asked of the HTTP protocol as whole segments read straight from the socket
+    (gateway/server/httpproto.py, `zonegate.segments`): no copy before the encoder's."""
+    wanted = req.request.scope.get("extensions", {}).get("zonegate.segments")
+    if wanted is not None and not req.auth.streaming:
+        wanted()
     body = RequestBody(req.auth, req.headers, coalesce(req.request.stream()), md5=md5,
                        checksum_algorithm=checksum_algorithm or None, max_size=max_size)
     return body

@@ -18,7 +18,7 @@ from aiohttp import http_writer
 
 from erasure.config import NodeSpec
 from erasure.nodeclient import NodeClient, make_session
-from gateway.server.httpproto import BodyChunks
+from gateway.server.httpbody import BodyChunks, SegmentPool
 from tests.support.nodeproc import NodeCluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -34,6 +34,22 @@ def test_body_chunks_stand_in_for_uvicorns_bytearray() -> None:
     b += b"bc"
     b += b"d"
     assert len(b) == 1003 and bytes(b) == one + b"bcd"
+
+
+def test_segment_pool_reuses_a_buffer_only_once_nothing_refers_to_it() -> None:
+    pool = SegmentPool(keep=2)
+    first = pool.get()
+    view = memoryview(first)[:10].toreadonly()  # what the app holds of a segment
+    del first
+    second = pool.get()
+    assert second is not view.obj  # still held through the view: not handed out again
+    del second
+    again = pool.get()
+    assert again is pool.bufs[1]  # nothing referred to it any more: reused
+    third = pool.get()  # the first is held through the view, the second is out: a fresh one
+    assert all(third is not b for b in pool.bufs) and len(pool.bufs) == 2  # past `keep`
+    del view
+    assert pool.get() is pool.bufs[0]
 
 
 async def _serve_and_upload(payload: bytes, app_delay: float) -> tuple[str, int, set[str]]:

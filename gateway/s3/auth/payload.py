@@ -187,7 +187,9 @@ class RequestBody:
             async for chunk in self._source:
                 if not chunk:
                     continue
-                chunk = bytes(chunk)
+                if type(chunk) is not bytes and not (type(chunk) is memoryview
+                                                     and chunk.readonly):
+                    chunk = bytes(chunk)  # a read-only view is never written while held
                 self.size += len(chunk)
                 if self.expected_size is not None and self.size > self.expected_size:
                     raise S3Error("IncompleteBody", "The body is longer than Content-Length.")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -384,8 +385,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = ClusterConfig.load(args.config)
     console = Console(highlight=False)
     code = EXIT_OK
+    interrupted = False
+
+    def on_sigint(_signum: int, _frame: Any) -> None:
+        # Not asyncio.run's handler, which makes SIGINT a cancellation of the running check: a
+        # cancellation something swallows is lost, and the watch went on (seen at load 14).
+        nonlocal interrupted
+        interrupted = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint) if args.watch else None
     try:
-        while True:
+        while not interrupted:
             doc = asyncio.run(gather_status(config, args.timeout, args.census))
             code = exit_code(doc)
             if args.json:
@@ -404,4 +415,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 return code
             time.sleep(args.watch)
     except KeyboardInterrupt:
-        return code
+        pass
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    return code

@@ -239,7 +239,8 @@ class Codec:
 
 async def segments(body: AsyncIterable[bytes], segment_size: int) -> AsyncIterator[bytes]:
     """Re-chunk a byte stream into segments of exactly segment_size bytes (last one shorter):
-    `bytes`, or read-only memoryviews passed on as they came. Holds at most one segment plus one incoming chunk.
+    `bytes`, or read-only memoryviews passed on as they came. Holds at most one segment plus
+    one incoming chunk.
 
     Each segment is built with one copy (a join of views of the incoming chunks; a chunk that
     already is one whole segment, `bytes` or a read-only memoryview (the gateway's segment

@@ -374,13 +374,13 @@ class ZoneAllocator:
         while True:
             self._check_open()
             got = await make_room(self)
-            if got == "freed" or (once and got == "busy"):
-                if got == "busy":
-                    await asyncio.sleep(0.02)
+            if got == "freed":
                 return True
             if got == "none" or time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(0.02)
+            if once:
+                return True
 
     async def _free_dead_zones(self) -> bool:
         from zonestore.reclaim import reset_dead_zones

@@ -124,6 +124,8 @@ class GatewayCycle(RequestResponseCycle):
     asked segments for (`scope["extensions"]["zonegate.segments"]`) comes as read-only
     memoryviews of pooled buffers (SegmentPool), not bytes."""
 
+    _end_told = False  # the body's end was handed out (set on the instance when it is)
+
     async def receive(self) -> Any:
         if self.waiting_for_100_continue and not self.transport.is_closing():
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -132,8 +134,7 @@ class GatewayCycle(RequestResponseCycle):
         # rest of an ended body, is waiting; once the end was handed out a call waits for the
         # disconnect, as uvicorn's does (Starlette listens for it while it streams a response).
         while not (self.disconnected or self.response_complete):
-            if len(self.body) >= BODY_SEGMENT or not (self.more_body or self.__dict__.get(
-                    "_end_told", False)):
+            if len(self.body) >= BODY_SEGMENT or not (self.more_body or self._end_told):
                 break
             self.flow.resume_reading()
             await self.message_event.wait()

@@ -472,7 +472,7 @@ class GatewayHttpCore(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and type(cycle) is RequestResponseCycle:
-            cycle.__class__ = GatewayCycle  # a subclass adding no state: see GatewayCycle
+            cycle.__class__ = GatewayCycle  # a subclass without an __init__ of its own
         self._take_body()
         if self._body_left and cycle is not None:
             self.scope.setdefault("extensions", {})["zonegate.segments"] = (

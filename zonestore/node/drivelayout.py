@@ -22,7 +22,6 @@ reclaim loop), so a drained drive ends with every zone empty.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -34,6 +33,7 @@ from aiohttp import web
 
 from zonestore.emulated import is_emulated_drive
 from zonestore.node.auth import BODY_HASH
+from zonestore.node.body import read_signed_doc
 from zonestore.node.errors import NodeError, log
 from zonestore.node.state import STATE, NodeState
 
@@ -154,11 +154,8 @@ def apply_layout(state: NodeState, doc: dict[str, Any]) -> None:
 
 async def put_layout(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    body = await request.content.read(MAX_LAYOUT_DOC + 1)
-    if len(body) > MAX_LAYOUT_DOC:
-        raise NodeError(413, "too_large", "a layout document is at most 64 KiB")
-    if request.get(BODY_HASH) != hashlib.sha256(body).hexdigest():
-        raise NodeError(403, "body_mismatch", "a layout must be signed with its body")
+    body = await read_signed_doc(request.content, MAX_LAYOUT_DOC, request.get(BODY_HASH),
+                                 "layout")
     try:
         doc = json.loads(body)
     except ValueError:

@@ -41,6 +41,7 @@ from zonestore.node.errors import error_response, json_error
 from zonestore.node.fastput import Delegate, LeanServer
 from zonestore.node.handlers import add_routes
 from zonestore.node.metrics import NodeMetrics
+from zonestore.node.purge import add_purge_routes
 from zonestore.node.scrub import DEFAULT_INTERVAL as SCRUB_INTERVAL
 from zonestore.node.scrub import DEFAULT_RATE as SCRUB_RATE
 from zonestore.node.scrub import SCRUBBER, add_scrubber
@@ -284,6 +285,7 @@ def build_app(state: NodeState, secret: bytes, options: NodeOptions) -> web.Appl
                                               node_id=state.node_id)
     add_routes(app)
     add_layout_routes(app)
+    add_purge_routes(app)
     add_scrubber(app, state, options.scrub_rate, options.scrub_interval)
     return app
 

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ HEAL_BATCH = 1       # records per claim: each lease starts when its own heal do
 SCRUB_CHECK_INTERVAL = 60.0  # seconds between fetches of the nodes' scrub damage lists
 LAYOUT_POLL = 3.0  # seconds between looks at the layout store for a newer version
 CENSUS_MAX_AGE = 300.0  # seconds a count of the parts below full redundancy is reused
+PURGE_BATCH = 1000  # parts per `POST /v1/purge` (the node's limit, zonestore/node/purge.py)
 
 
 class ErasureCluster(LayoutMixin):
@@ -260,13 +261,12 @@ class ErasureCluster(LayoutMixin):
         except Exception as e:
             log.warning("could not read the unfinished deletions: %s", e)
             return
-        for uid in uids:
-            try:
-                await self.purge(uid)
-            except ErasureError:
-                return  # a node is still down: the next return tries again
-            except Exception:
-                log.exception("finishing the deletion of %s failed", uid)
+        if not uids:
+            return
+        try:  # what a node that is still down keeps waits for its next return
+            await self.purge_parts(dict.fromkeys(uids))
+        except Exception:
+            log.exception("finishing the deletion of %d parts failed", len(uids))
 
     def full_nodes(self) -> list[str]:
         """Nodes that are up but out of writable space (no new placements go there)."""
@@ -494,33 +494,50 @@ class ErasureCluster(LayoutMixin):
         (archives deleted, ids of the nodes still to ask). The deletion stays pending until a
         call leaves no node, so a caller that remembers the rest (the gateway's sweeper
         queues it) frees the space of the nodes that are up while one is down."""
-        await self.deletions.begin(part_uid)
-        wanted = list(self.clients) if nodes is None else [n for n in nodes
-                                                           if n in self.clients]
-        unreachable: dict[str, str] = {}
+        (n, left), = (await self.purge_parts({part_uid: nodes})).values()
+        return n, left
 
-        async def rm(client: NodeClient) -> int:
+    async def purge_parts(self, parts: Mapping[str, Iterable[str] | None]
+                          ) -> dict[str, tuple[int, list[str]]]:
+        """`purge_nodes` of many parts (part uid -> its nodes, None for every node) with one
+        request per node for up to PURGE_BATCH of them (`NodeClient.purge`: a part's archives
+        are the records `<uid>.f<NN>`), instead of a listing and a DELETE per archive.
+        Returns part uid -> (archives deleted, ids of the nodes still to ask)."""
+        await asyncio.gather(*map(self.deletions.begin, parts))
+        todo: dict[str, list[str]] = {}
+        for uid, nodes in parts.items():
+            for nid in (self.clients if nodes is None else nodes):
+                if nid in self.clients:
+                    todo.setdefault(nid, []).append(uid)
+        deleted = dict.fromkeys(parts, 0)
+        unreachable: dict[str, dict[str, str]] = {uid: {} for uid in parts}
+
+        async def one(client: NodeClient, uids: list[str]) -> None:
+            done = 0
             if not client.up:
-                unreachable[client.id] = "down"
-                return 0
-            n = 0
+                for uid in uids:
+                    unreachable[uid][client.id] = "down"
+                return
             try:
-                ids = [r.id for r in [r async for r in client.scan(part_uid + ".")]
-                       if (parse_archive_id(r.id) or ("",))[0] == part_uid]
-                for rid in ids:
-                    n += await client.delete(rid)
+                for done in range(0, len(uids), PURGE_BATCH):
+                    batch = uids[done:done + PURGE_BATCH]
+                    got = await client.purge([uid + ".f" for uid in batch])
+                    for uid in batch:
+                        deleted[uid] += got.get(uid + ".f", 0)
             except NodeError as e:
-                unreachable[client.id] = str(e)
-            return n
+                for uid in uids[done:]:
+                    unreachable[uid][client.id] = str(e)
 
-        done = await asyncio.gather(*(rm(self.clients[nid]) for nid in wanted))
-        if unreachable:
-            log.info("part %s: archives left on %s", part_uid,
-                     "; ".join(f"{k}: {v}" for k, v in unreachable.items()))
-            return sum(done), sorted(unreachable)
-        await self.repair_queue.done(part_uid)
-        await self.deletions.end(part_uid)
-        return sum(done), []
+        clients = self.clients  # adopt() may put a new dict in place meanwhile
+        await asyncio.gather(*(one(clients[nid], uids) for nid, uids in todo.items()))
+        whole = [uid for uid in parts if not unreachable[uid]]
+        await asyncio.gather(*map(self.repair_queue.done, whole))
+        await asyncio.gather(*map(self.deletions.end, whole))
+        for uid in parts:
+            if unreachable[uid]:
+                log.info("part %s: archives left on %s", uid,
+                         "; ".join(f"{k}: {v}" for k, v in unreachable[uid].items()))
+        return {uid: (deleted[uid], sorted(unreachable[uid])) for uid in parts}
 
     async def scan(self, prefix: str = "") -> list[ScannedPart]:
         """Every part whose archives start with `prefix`, as found on the reachable nodes

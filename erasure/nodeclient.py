@@ -426,6 +426,26 @@ class NodeClient:
         self.layout_version = int(got.get("layout_version", doc["version"]))
         return self.layout_version
 
+    async def purge(self, prefixes: list[str]) -> dict[str, int]:
+        """Delete the records one level under each prefix (`POST /v1/purge`, signed, at most
+        1000 prefixes: zonestore/node/purge.py); returns prefix -> records deleted."""
+        path = "/v1/purge"
+        body = json.dumps({"prefixes": prefixes}).encode()
+        query = {"nonce": secrets.token_hex(8)}
+        try:
+            async with await self._send("purge", "POST", path, params=query, data=body,
+                                        headers={**self._headers("POST", path, query, body),
+                                                 "Content-Type": "application/json"},
+                                        timeout=self._timeout()) as resp:
+                if resp.status != 200:
+                    raise await self._error(resp)
+                got = await resp.json(content_type=None)
+        except NodeError:
+            raise
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            raise self._down(e) from e
+        return {p: int(n) for p, n in got["deleted"].items()}
+
     async def _get_json(self, operation: str, path: str, query: dict[str, str] | None = None,
                         *, missing: Any = NotImplemented) -> Any:
         """A signed GET answered with JSON; NodeError on any other status than 200 (or, when

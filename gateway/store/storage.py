@@ -91,8 +91,6 @@ class CopyBody:
 PENDING_GRACE = 6 * 3600.0
 # An orphan entry narrowed to the nodes that were down is first tried again this much later.
 DOWN_RETRY = 60.0
-# Orphan entries the sweeper deletes at once (each asks every node holding the part).
-SWEEP_CONCURRENCY = 16
 
 
 class Storage:
@@ -279,16 +277,12 @@ class Storage:
         if self.nodes_back:
             await store.wake_orphans()
             self.nodes_back = False
-        # Parts go several at a time: one at a time, a DeleteObjects of 1000 keys took 10 s
-        # of round trips to free.
-        limit = asyncio.Semaphore(SWEEP_CONCURRENCY)
         settling = asyncio.Lock()  # one batch part's markers at a time
         while True:
             entries = await store.claim_orphans(batch)
             if not entries:
                 return freed
-            outcomes = await asyncio.gather(
-                *(self._sweep_one(store, e, limit, settling) for e in entries))
+            outcomes = await self._sweep(store, entries, settling)
             done = [e.id for e, (what, _) in zip(entries, outcomes, strict=True)
                     if what != "kept"]
             rest = [left for _, left in outcomes if left is not None]
@@ -299,28 +293,50 @@ class Storage:
             if len(entries) < batch:
                 return freed
 
-    async def _sweep_one(self, store: Any, e: Any, limit: asyncio.Semaphore,
-                         settling: asyncio.Lock) -> tuple[str, dict[str, Any] | None]:
-        """One orphan entry of `sweep_orphans`: ("kept", None) leaves it queued (its nodes
-        are down, or a node failed), ("settled", None) drops it (a batch part whose markers
-        live), ("freed", rest) drops it, `rest` naming the nodes still to purge, if any."""
-        uid = e.layout.get("part_uid", "")
-        only = e.layout.get("purge_nodes")
-        if only is not None and not any(map(self.cluster.is_up, only)):
-            return "kept", None
-        async with limit:
-            try:
-                if only is None and uid.startswith(BATCH_PREFIX):
+    async def _sweep(self, store: Any, entries: list[Any], settling: asyncio.Lock
+                     ) -> list[tuple[str, dict[str, Any] | None]]:
+        """The outcome of each orphan entry: ("kept", None) leaves it queued (its nodes are
+        down, or a node failed), ("settled", None) drops it (a batch part whose markers
+        live), ("freed", rest) drops it, `rest` naming the nodes still to purge, if any. The
+        parts go to the cluster together: one request per node for all of them."""
+        out: list[tuple[str, dict[str, Any] | None]] = [("kept", None)] * len(entries)
+        parts: dict[str, set[str] | None] = {}
+        first: dict[str, int] = {}  # part uid -> its first entry (which queues what is left)
+        for i, e in enumerate(entries):
+            uid, only = e.layout.get("part_uid", ""), e.layout.get("purge_nodes")
+            if only is not None and not any(map(self.cluster.is_up, only)):
+                continue
+            if only is None and uid.startswith(BATCH_PREFIX):
+                try:
                     async with settling:
                         if await settle_batch(self, store, uid):
-                            return "settled", None
-                _, left = await self.cluster.purge_nodes(uid, only)
-            except asyncio.CancelledError:
-                raise
-            except Exception as ex:
-                log.warning("orphan %s not deleted yet: %s", uid, ex)
-                return "kept", None
-        return "freed", ({"part_uid": uid, "purge_nodes": left} if left else None)
+                            out[i] = ("settled", None)
+                            continue
+                except asyncio.CancelledError:
+                    raise
+                except Exception as ex:
+                    log.warning("orphan %s not deleted yet: %s", uid, ex)
+                    continue
+            if uid in parts:  # the same part queued twice: every node either entry names
+                was = parts[uid]
+                parts[uid] = None if was is None or only is None else was | set(only)
+            else:
+                parts[uid], first[uid] = (None if only is None else set(only)), i
+        if not parts:
+            return out
+        try:
+            purged = await self.cluster.purge_parts(parts)
+        except asyncio.CancelledError:
+            raise
+        except Exception as ex:
+            log.warning("orphans %s not deleted yet: %s", ", ".join(sorted(parts)[:3]), ex)
+            return out
+        for i, e in enumerate(entries):
+            uid = e.layout.get("part_uid", "")
+            if out[i][0] == "kept" and uid in purged:
+                left = purged[uid][1] if first[uid] == i else []
+                out[i] = ("freed", {"part_uid": uid, "purge_nodes": left} if left else None)
+        return out
 
 
 async def aclose_quietly(it: Any) -> None:

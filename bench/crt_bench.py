@@ -2,7 +2,10 @@
 
 A real `zonegate dev` (12 nodes, 2 gateway workers); `--threads` client threads PUT and then
 GET `--mib` MiB as objects of `--obj-mib` MiB through s3torchconnectorclient's
-MountpointS3Client (the CRT, `--part-mib` parts; what DCP's S3StorageWriter/Reader send).
+MountpointS3Client (the CRT, `--part-mib` parts; what DCP's S3StorageWriter/Reader send), then
+delete them (DeleteObjects; the phase lasts until the sweeper has freed every fragment). Each
+run writes new keys, as checkpoints do; `--overwrite` PUTs the same keys every run, so a PUT
+phase also pays for freeing the objects it replaces.
 Reported per phase: MB/s, CPU seconds per GiB of the gateway processes, the node processes
 and the client (this process), from /proc. With `--src DIR` a second cluster runs from another
 source tree (the "before" of a change), phases interleaved run by run: compare the ratios.
@@ -12,7 +15,8 @@ worker's heap grows over its first GiBs, a page fault per 4 KiB).
 phase's first run and prints the functions with the most samples.
 
     python -m bench crt [--mib 1024] [--obj-mib 128] [--part-mib 8] [--threads 4] [--runs 2]
-        [--warm MIB] [--src DIR] [--spy gateway:put] [--phases put,get] [--json F]
+        [--warm MIB] [--overwrite] [--src DIR] [--spy gateway:put] [--phases put,get,delete]
+        [--json F]
 """
 
 from __future__ import annotations
@@ -64,13 +68,14 @@ def _top(out: Path, n: int = 25) -> None:
         print(f"  {100 * c / max(total, 1):5.1f}%  {name}")
 
 
-def _run_phase(client: Any, phase: str, n: int, blob: bytes, threads: int) -> None:
+def _run_phase(client: Any, phase: str, n: int, blob: bytes, threads: int,
+               prefix: str = "o") -> None:
     todo = list(range(n))
     lock = threading.Lock()
     errors: list[BaseException] = []
 
     def one(i: int) -> None:
-        key = f"o{i:05d}"
+        key = f"{prefix}{i:05d}"
         if phase == "put":
             stream = client.put_object(BUCKET, key)
             for j in range(0, len(blob), 8 * MiB):
@@ -101,6 +106,22 @@ def _run_phase(client: Any, phase: str, n: int, blob: bytes, threads: int) -> No
         raise errors[0]
 
 
+def _delete_phase(cluster: Any, n: int, prefix: str, timeout: float = 600.0) -> None:
+    """DeleteObjects of a run's objects, then wait for the gateways' sweeper to have freed
+    every fragment (the orphan queue empty): deleting is mostly that background work."""
+    import sqlite3
+
+    from bench.capacity_bench import s3_client
+    s3_client(cluster).delete_objects(Bucket=BUCKET, Delete={
+        "Objects": [{"Key": f"{prefix}{i:05d}"} for i in range(n)], "Quiet": True})
+    deadline = time.monotonic() + timeout
+    with sqlite3.connect(cluster.data / "gateway" / "meta.sqlite", timeout=30) as db:
+        while db.execute("SELECT COUNT(*) FROM orphans").fetchone()[0]:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the deleted objects' fragments were not freed in time")
+            time.sleep(0.05)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench crt", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,14 +131,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--warm", type=int, default=0, metavar="MIB",
-                   help="PUT this many MiB (the same keys) before measuring: a fresh gateway "
+                   help="PUT this many MiB (other keys) before measuring: a fresh gateway "
                         "worker's heap grows over its first GiBs, page faults included")
+    p.add_argument("--overwrite", action="store_true",
+                   help="every run PUTs the same keys: each PUT also frees the object it "
+                        "replaces (the sweeper's work lands in the PUT phase)")
     p.add_argument("--src", type=Path, help="a second source tree to compare against")
     p.add_argument("--spy", default="", help="ROLE:PHASE, e.g. gateway:put or node:get")
-    p.add_argument("--phases", default="put,get", help="which phases, e.g. put (a PUT change)")
+    p.add_argument("--phases", default="put,get,delete",
+                   help="which phases, e.g. put (a PUT change); delete frees each run's "
+                        "objects (DeleteObjects, then the sweeper until the orphan queue is "
+                        "empty)")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
-    phases = [x for x in ("put", "get") if x in a.phases.split(",")]
+    phases = [x for x in ("put", "get", "delete") if x in a.phases.split(",")]
     try:
         from s3torchconnectorclient._mountpoint_s3_client import MountpointS3Client
     except ImportError:
@@ -130,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     n = max(1, a.mib // a.obj_mib)
     gib = n * len(blob) / GiB
     root = Path(tempfile.mkdtemp(prefix="zonegate-crt-"))
-    zones = max(48, int((gib * 2 + a.warm / 1024) * 1.25 * 1024 / 64 / 24) + 8)
+    kept = gib * (1 if a.overwrite or "delete" in phases else a.runs) * 2  # a replaced
+    zones = max(48, int((kept + a.warm / 1024) * 1.25 * 1024 / 64 / 24) + 8)  # object waits
     trees: dict[str, Path | None] = {"current": None}
     if a.src is not None:
         trees["before"] = a.src.resolve()
@@ -145,15 +173,16 @@ def main(argv: list[str] | None = None) -> int:
                 s3_client(c).create_bucket(Bucket=BUCKET)
                 client = MountpointS3Client("us-east-1", endpoint=c.endpoint,
                                             force_path_style=True, part_size=a.part_mib * MiB)
-                setups[name] = (client, RoleClock(c.child_pids()))
-            for _ in range(-(-a.warm // (n * a.obj_mib)) if a.warm else 0):
-                for client, _clock in setups.values():
-                    _run_phase(client, "put", n, blob, a.threads)
+                setups[name] = (c, client, RoleClock(c.child_pids()))
+            for w in range(-(-a.warm // (n * a.obj_mib)) if a.warm else 0):
+                for _c, client, _clock in setups.values():
+                    _run_phase(client, "put", n, blob, a.threads, f"w{w}-")
             print(f"crt: {n} objects of {a.obj_mib} MiB ({gib:.2f} GiB), {a.part_mib} MiB "
                   f"parts, {a.threads} threads, trees {list(trees)}, load {loadavg():.1f}")
             for run in range(a.runs):
                 for phase in phases:
-                    for name, (client, clock) in setups.items():
+                    for name, (cluster, client, clock) in setups.items():
+                        prefix = "o" if a.overwrite else f"r{run}-"
                         spies: list[subprocess.Popen[bytes]] = []
                         out = root / f"spy-{name}-{phase}"
                         if run == 0 and phase == spy_phase and name == "current":
@@ -163,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
                             time.sleep(1.0)
                         c0 = clock.sample()
                         t0 = time.monotonic()
-                        _run_phase(client, phase, n, blob, a.threads)
+                        if phase == "delete":
+                            _delete_phase(cluster, n, prefix)
+                        else:
+                            _run_phase(client, phase, n, blob, a.threads, prefix)
                         wall = time.monotonic() - t0
                         d = RoleClock.delta(c0, clock.sample())
                         for s in spies:

@@ -35,6 +35,7 @@ import aiohttp
 from erasure import nodeget
 from erasure.config import NodeSpec
 from erasure.nodeput import FragmentsPayload
+from erasure.noderoom import room_of, writable_of
 from zonestore.logsetup import REQUEST_ID, REQUEST_ID_HEADER
 from zonestore.nodeauth import sign_headers
 
@@ -413,38 +414,33 @@ class NodeClient:
     async def put_layout(self, doc: dict[str, Any]) -> int:
         """Tell the node the cluster layout's version and its drives' states (`PUT
         /v1/layout`, signed); returns the version the node now holds."""
-        path = "/v1/layout"
-        body = json.dumps(doc, sort_keys=True).encode()
-        query = {"nonce": secrets.token_hex(8)}
-        async with await self._send("layout", "PUT", path, params=query, data=body,
-                                    headers={**self._headers("PUT", path, query, body),
-                                             "Content-Type": "application/json"},
-                                    timeout=self._timeout()) as resp:
-            if resp.status != 200:
-                raise await self._error(resp)
-            got = await resp.json(content_type=None)
+        got = await self._send_json("layout", "PUT", "/v1/layout",
+                                    json.dumps(doc, sort_keys=True).encode())
         self.layout_version = int(got.get("layout_version", doc["version"]))
         return self.layout_version
 
     async def purge(self, prefixes: list[str]) -> dict[str, int]:
         """Delete the records one level under each prefix (`POST /v1/purge`, signed, at most
         1000 prefixes: zonestore/node/purge.py); returns prefix -> records deleted."""
-        path = "/v1/purge"
-        body = json.dumps({"prefixes": prefixes}).encode()
-        query = {"nonce": secrets.token_hex(8)}
         try:
-            async with await self._send("purge", "POST", path, params=query, data=body,
-                                        headers={**self._headers("POST", path, query, body),
-                                                 "Content-Type": "application/json"},
-                                        timeout=self._timeout()) as resp:
-                if resp.status != 200:
-                    raise await self._error(resp)
-                got = await resp.json(content_type=None)
+            got = await self._send_json("purge", "POST", "/v1/purge",
+                                        json.dumps({"prefixes": prefixes}).encode())
         except NodeError:
             raise
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
             raise self._down(e) from e
         return {p: int(n) for p, n in got["deleted"].items()}
+
+    async def _send_json(self, operation: str, method: str, path: str, body: bytes) -> Any:
+        """A write with a JSON document signed with its body, answered 200 with JSON."""
+        query = {"nonce": secrets.token_hex(8)}
+        async with await self._send(operation, method, path, params=query, data=body,
+                                    headers={**self._headers(method, path, query, body),
+                                             "Content-Type": "application/json"},
+                                    timeout=self._timeout()) as resp:
+            if resp.status != 200:
+                raise await self._error(resp)
+            return await resp.json(content_type=None)
 
     async def _get_json(self, operation: str, path: str, query: dict[str, str] | None = None,
                         *, missing: Any = NotImplemented) -> Any:
@@ -478,44 +474,6 @@ class NodeClient:
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
             raise self._down(e) from e
         return list(body.get("damage") or [])
-
-
-def room_of(stats: dict) -> int | None:
-    """What all of a node's drives could still take, from its /v1/stats answer: writable
-    bytes plus the garbage and stranded room reclaim can give back (the capacity less live
-    data and reserve: a node with garbage to reclaim is not fuller than its writable figure
-    says); None if it says nothing."""
-    total, seen = 0, False
-    for d in stats.get("drives") or ():
-        if not isinstance(d, dict):
-            continue
-        v = d.get("writable_bytes", d.get("free_bytes"))
-        if isinstance(v, int):
-            seen = True
-            total += v + sum(d.get(k, 0) for k in ("garbage_bytes", "stranded_bytes")
-                             if isinstance(d.get(k, 0), int))
-    if seen:
-        return total
-    totals = stats.get("totals") or {}
-    v = totals.get("writable_bytes", totals.get("free_bytes"))
-    return v if isinstance(v, int) else None
-
-
-def writable_of(stats: dict) -> int | None:
-    """Writable bytes of a node's largest drive from its /v1/stats answer: `writable_bytes`
-    (empty zones + open zones' room), or `free_bytes` from nodes that do not report it."""
-    best: int | None = None
-    for d in stats.get("drives") or ():
-        if not isinstance(d, dict):
-            continue
-        v = d.get("writable_bytes", d.get("free_bytes"))
-        if isinstance(v, int) and (best is None or v > best):
-            best = v
-    if best is None:
-        totals = stats.get("totals") or {}
-        v = totals.get("writable_bytes", totals.get("free_bytes"))
-        best = v if isinstance(v, int) else None
-    return best
 
 
 def _head_of(record_id: str, headers: Any) -> RecordHead:

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from erasure.config import NodeSpec
-from erasure.nodeclient import NodeClient, writable_of
+from erasure.nodeclient import NodeClient
+from erasure.noderoom import writable_of
 
 HEADROOM = 1000
 events = st.lists(st.one_of(

@@ -19,6 +19,8 @@ from functools import lru_cache
 
 from pyeclib.ec_iface import ECDriver
 
+from erasure.fastencode import Fragment, ParityEncoder
+
 HEADER_SIZE = 80  # pyeclib/liberasurecode fragment header
 DEFAULT_BACKEND = "isa_l_rs_vand"
 DEFAULT_SEGMENT = 1024 * 1024
@@ -88,6 +90,8 @@ class Codec:
         except Exception as e:  # pyeclib raises several unrelated types here
             raise ValueError(f"erasure backend {s.backend!r} cannot do k={s.k} m={s.m}: {e}") from e
         self._frag_sizes: dict[int, int] = {}
+        self._parity = (ParityEncoder(s.k, s.m, s.segment_size, self.driver.encode)
+                        if s.backend == "isa_l_rs_vand" else None)
         if warm_up:
             # The first encode/decode call of a process is slow (table set-up): pay it now.
             frags = self.encode(bytes(min(s.segment_size, 64 * 1024)))
@@ -178,6 +182,16 @@ class Codec:
         return pieces
 
     # -- coding ------------------------------------------------------------------------------
+
+    def encode_pieces(self, segment: bytes | memoryview) -> list[Fragment]:
+        """k+m fragments of one segment, index order, each a list of buffers that joined are
+        what `encode` gives. Where erasure/fastencode.py can, data fragments hold views of
+        `segment` (no copy): it must not change while they are held, as `segments` yields."""
+        if self._parity is not None:
+            frags = self._parity.encode(segment)
+            if frags is not None:
+                return frags
+        return [[f] for f in self.encode(segment)]
 
     def encode(self, segment: bytes | bytearray | memoryview) -> list[bytes]:
         """k+m fragments of one segment, index order."""

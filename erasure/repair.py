@@ -295,7 +295,7 @@ async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[
             except CodecError as e:
                 raise _SourceFailed(readers[0][0], str(e), True) from e
             by_index = {codec.fragment_index(f): f for f in rebuilt}
-            await asyncio.gather(*(s.feed(by_index[i], cluster.node_timeout)
+            await asyncio.gather(*(s.feed([by_index[i]], cluster.node_timeout)
                                    for i, s in sinks.items()))
             failed = [f"{i}: {_why(s)}" for i, s in sinks.items() if not s.alive]
             if failed:

@@ -38,6 +38,7 @@ import crc32c
 
 from erasure.codec import segments
 from erasure.errors import QuorumError
+from erasure.fastencode import Fragment
 from erasure.layout import PartLayout, PartResult, archive_id, archive_metas
 from erasure.nodeclient import BodyAbandoned, NodeClient, NodeError, NodeUnavailable
 from erasure.rehome import off_home, rehome_part
@@ -91,15 +92,15 @@ class ArchiveUpload:
         self.task: asyncio.Task | None = None
         self.error: BaseException | None = None
         self.meta: bytes | None = None
-        self.replay: list[bytes] | None = []  # what the PUT took so far; None past the limit
+        self.replay: list[Fragment] | None = []  # what the PUT took so far; None past the limit
         self.replay_bytes = 0
         self.ended = False  # the end of the body was taken from the queue
         self.moved_from: list[str] = []  # full nodes this archive was handed off from
 
-    def _keep(self, item: bytes) -> None:
+    def _keep(self, item: Fragment, size: int) -> None:
         if self.replay is None:
             return
-        self.replay_bytes += len(item)
+        self.replay_bytes += size
         if self.replay_bytes > REPLAY_LIMIT:
             self.replay = None  # too late for a 507 to come: stop holding the bytes
         else:
@@ -108,7 +109,8 @@ class ArchiveUpload:
     async def _body(self, att: _Attempt):
         # Batches go out as lists of fragments: the node client writes a list as one HTTP
         # chunk without joining it (a copy of every byte sent, see nodeput.FragmentsPayload).
-        batch: list[bytes] = list(self.replay or ())  # a handed-off upload starts again
+        # a handed-off upload starts again
+        batch: list[Any] = [b for item in self.replay or () for b in item]
         size = sum(map(len, batch))
         while not self.ended:
             att.waiting_since = None  # waiting for the encoder, not for the node
@@ -116,9 +118,10 @@ class ArchiveUpload:
             if item is None:
                 self.ended = True
                 break
-            self._keep(item)
-            batch.append(item)
-            size += len(item)
+            n = sum(map(len, item))
+            self._keep(item, n)
+            batch += item
+            size += n
             if size >= SEND_BATCH:
                 att.waiting_since = time.monotonic()
                 yield batch
@@ -212,7 +215,7 @@ class ArchiveUpload:
         return self.error is None and t is not None and not (
             t.done() and (t.cancelled() or t.exception() is not None))
 
-    def offer(self, item: bytes | None) -> bool:
+    def offer(self, item: Fragment | None) -> bool:
         """Queue item if there is room (or drop it if this upload is dead): True when done
         with it, False when `feed` must wait for room."""
         if not self.alive or self.task.done():
@@ -223,7 +226,7 @@ class ArchiveUpload:
         except asyncio.QueueFull:
             return False
 
-    async def feed(self, item: bytes | None, stall: float) -> None:
+    async def feed(self, item: Fragment | None, stall: float) -> None:
         if self.offer(item):
             return
         try:
@@ -285,7 +288,7 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
                 raise ValueError(f"part body is longer than its announced {length} bytes")
             crc = crc32c.crc32c(seg, crc)
             started = time.perf_counter()
-            frags = codec.encode(seg)
+            frags = codec.encode_pieces(seg)
             cluster.stats["encode_seconds"] += time.perf_counter() - started
             cluster.stats["encode_bytes"] += len(seg)
             # Most segments find room in every queue: only the full ones need a waiting task.

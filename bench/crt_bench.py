@@ -8,7 +8,8 @@ run writes new keys, as checkpoints do; `--overwrite` PUTs the same keys every r
 phase also pays for freeing the objects it replaces.
 Reported per phase: MB/s, CPU seconds per GiB of the gateway processes, the node processes
 and the client (this process), from /proc. With `--src DIR` a second cluster runs from another
-source tree (the "before" of a change), phases interleaved run by run: compare the ratios.
+source tree (the "before" of a change), phases interleaved run by run, the trees taking turns
+to go first: compare the ratios.
 `--warm MIB` first PUTs that much through each cluster: the steady state (a fresh gateway
 worker's heap grows over its first GiBs, a page fault per 4 KiB).
 `--spy ROLE:PHASE` also records that role's processes with py-spy (if installed) during that
@@ -181,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"parts, {a.threads} threads, trees {list(trees)}, load {loadavg():.1f}")
             for run in range(a.runs):
                 for phase in phases:
-                    for name, (cluster, client, clock) in setups.items():
+                    # the trees take turns going first: the second meets the first's writeback
+                    order = list(setups.items())[::-1 if run % 2 else 1]
+                    for name, (cluster, client, clock) in order:
                         prefix = "o" if a.overwrite else f"r{run}-"
                         spies: list[subprocess.Popen[bytes]] = []
                         out = root / f"spy-{name}-{phase}"
@@ -190,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                             spies = _spy([pid for pid, r in clock.roles.items()
                                           if r == spy_role], out)
                             time.sleep(1.0)
+                        os.sync()  # the last phase's writeback is not this one's
                         c0 = clock.sample()
                         t0 = time.monotonic()
                         if phase == "delete":

@@ -1,11 +1,11 @@
 """`POST /v1/purge`: delete every record under each of many id prefixes in one request.
 
 Why: deleting an object is deleting each of its parts' archives wherever they are. Asked one
-record at a time, a part of an 8+2 cluster costs a listing on every node and ten DELETEs, 22
-requests per 8 MiB part: freeing a 100 GB checkpoint took 280,000 node requests, and an
-overwrite cost the cluster more CPU than the write. Here a gateway sends each node the prefixes
-of up to MAX_PREFIXES parts at once; the node deletes what it holds under them, all
-tombstones of the request made durable together by the zone log's group flush.
+record at a time, a part of an 8+2 cluster cost a listing on every node and ten DELETEs, 22
+requests per 8 MiB part (bench/README.md, crt: ten times the CPU per GiB freed). Here a gateway
+sends each node the prefixes of up to MAX_PREFIXES parts at once; the node deletes what it
+holds under them, the request's tombstones made durable together by the zone log's group
+flush.
 
 Body (signed with its hash, at most MAX_DOC bytes): JSON `{"prefixes": ["<id prefix>", ...]}`.
 A prefix covers the records whose id is the prefix followed by characters other than '.'

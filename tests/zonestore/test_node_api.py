@@ -9,25 +9,12 @@ import json
 import os
 import socket
 
-import aiohttp
 import crc32c
 import pytest
 
-from tests.support.nodeproc import NodeCluster, node_request
+from tests.support.nodeproc import node_request
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with NodeCluster(tmp_path_factory.mktemp("nodes"), 1, drives_per_node=2) as c:
-        yield c
-
-
-@pytest.fixture
-async def session():
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 async def put(session, cluster, rid, payload, meta=b"", stream="s1", sign_body=True):

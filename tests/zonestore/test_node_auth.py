@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 
-import aiohttp
 import pytest
 from yarl import URL
 
@@ -20,12 +19,6 @@ def cluster(tmp_path_factory):
     with NodeCluster(tmp_path_factory.mktemp("nodes"), 1, drives_per_node=1,
                      secret="the-real-secret") as c:
         yield c
-
-
-@pytest.fixture
-async def session():
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 async def raw(session, cluster, method, path, headers, body=None):

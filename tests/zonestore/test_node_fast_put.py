@@ -35,12 +35,6 @@ def cluster(tmp_path_factory):
         yield c
 
 
-@pytest.fixture
-async def session():
-    async with aiohttp.ClientSession() as s:
-        yield s
-
-
 # -- raw HTTP/1.1 over a socket: the bytes on the wire are what the tests are about ---------------
 
 

@@ -7,22 +7,7 @@ from __future__ import annotations
 
 import json
 
-import aiohttp
-import pytest
-
 from tests.support.nodeproc import NodeCluster, node_request
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with NodeCluster(tmp_path_factory.mktemp("nodes"), 1, drives_per_node=2) as c:
-        yield c
-
-
-@pytest.fixture
-async def session():
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 def doc(cluster: NodeCluster, version: int, states: tuple[str, str],

@@ -20,12 +20,6 @@ pytestmark = pytest.mark.timeout(300)
 MiB = 1 << 20
 
 
-@pytest.fixture
-async def session():
-    async with aiohttp.ClientSession() as s:
-        yield s
-
-
 async def put(session, c, rid, payload, meta=b""):
     status, _, body = await node_request(session, c, 0, "PUT", f"/v1/records/{rid}",
                                          body=payload + meta,

@@ -7,27 +7,14 @@ import asyncio
 import json
 import secrets
 
-import aiohttp
 import pytest
 
-from tests.support.nodeproc import NodeCluster, node_request
+from tests.support.nodeproc import node_request
 from tests.support.zonelog_helpers import KiB, make_drive, open_log
 from zonestore.node import purge as purge_mod
 from zonestore.pool import DrivePool
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with NodeCluster(tmp_path_factory.mktemp("nodes"), 1, drives_per_node=2) as c:
-        yield c
-
-
-@pytest.fixture
-async def session():
-    async with aiohttp.ClientSession() as s:
-        yield s
 
 
 async def put(session, cluster, rid, stream="s1"):

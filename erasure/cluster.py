@@ -38,6 +38,7 @@ from erasure.layout import (
     PartLayout,
     PartResult,
     ScannedPart,
+    archive_id,
     parse_archive_id,
     parse_archive_meta,
 )
@@ -55,6 +56,7 @@ from erasure.repairqueue import (
     RepairRecord,
     RepairStore,
 )
+from zonestore.ids import is_valid_record_id
 
 log = logging.getLogger(__name__)
 HEAL_ATTEMPTS = 5    # background rebuild tries per part before leaving it to `zonegate repair`
@@ -261,12 +263,14 @@ class ErasureCluster(LayoutMixin):
         except Exception as e:
             log.warning("could not read the unfinished deletions: %s", e)
             return
-        if not uids:
-            return
-        try:  # what a node that is still down keeps waits for its next return
-            await self.purge_parts(dict.fromkeys(uids))
-        except Exception:
-            log.exception("finishing the deletion of %d parts failed", len(uids))
+        for i in range(0, len(uids), PURGE_BATCH):
+            try:
+                done = await self.purge_parts(dict.fromkeys(uids[i:i + PURGE_BATCH]))
+            except Exception:
+                log.exception("finishing the deletion of %d parts failed", len(uids))
+                return
+            if any(left for _, left in done.values()):
+                return  # a node is still down: the next return tries again
 
     def full_nodes(self) -> list[str]:
         """Nodes that are up but out of writable space (no new placements go there)."""
@@ -503,6 +507,9 @@ class ErasureCluster(LayoutMixin):
         request per node for up to PURGE_BATCH of them (`NodeClient.purge`: a part's archives
         are the records `<uid>.f<NN>`), instead of a listing and a DELETE per archive.
         Returns part uid -> (archives deleted, ids of the nodes still to ask)."""
+        # a uid no record can be named after has nothing anywhere (and must not fail the rest)
+        nothing = {uid: (0, []) for uid in parts if not is_valid_record_id(archive_id(uid, 0))}
+        parts = {uid: nodes for uid, nodes in parts.items() if uid not in nothing}
         await asyncio.gather(*map(self.deletions.begin, parts))
         todo: dict[str, list[str]] = {}
         for uid, nodes in parts.items():
@@ -533,11 +540,11 @@ class ErasureCluster(LayoutMixin):
         whole = [uid for uid in parts if not unreachable[uid]]
         await asyncio.gather(*map(self.repair_queue.done, whole))
         await asyncio.gather(*map(self.deletions.end, whole))
-        for uid in parts:
-            if unreachable[uid]:
-                log.info("part %s: archives left on %s", uid,
-                         "; ".join(f"{k}: {v}" for k, v in unreachable[uid].items()))
-        return {uid: (deleted[uid], sorted(unreachable[uid])) for uid in parts}
+        why = {f"{k}: {v}" for left in unreachable.values() for k, v in left.items()}
+        if why:
+            log.info("%d of %d parts: archives left on %s", len(parts) - len(whole),
+                     len(parts), "; ".join(sorted(why)))
+        return {**nothing, **{uid: (deleted[uid], sorted(unreachable[uid])) for uid in parts}}
 
     async def scan(self, prefix: str = "") -> list[ScannedPart]:
         """Every part whose archives start with `prefix`, as found on the reachable nodes

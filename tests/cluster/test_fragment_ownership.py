@@ -236,3 +236,33 @@ async def test_zonegate_repair_tells_queued_for_deletion_from_lost(nodes, config
     assert "1 deletions finished" in out and "0 parts unowned" in out, out
     async with ErasureCluster(config, auto_repair=False, health_interval=0) as c:
         assert await where(c, uid) == {}
+
+
+async def test_purge_parts_frees_many_parts_and_keeps_what_a_down_node_holds(nodes,
+                                                                             config) -> None:
+    uids = [f"many{n:04d}.p1" for n in range(12)]
+    async with ErasureCluster(config, auto_repair=False, health_interval=0) as c:
+        for n, uid in enumerate(uids):
+            await put(c, uid, os.urandom(50_000 + n))
+        held = {uid: await where(c, uid) for uid in uids}
+        down = nodes.ids[2]
+        nodes.kill(2)
+        await c.check_health()
+        # "" cannot name a record: nothing to delete, and it does not spoil the batch
+        done = await c.purge_parts({**dict.fromkeys(uids), "": None})
+        assert done[""] == (0, [])
+        for uid in uids:  # a node that cannot be asked may hold a copy no layout names
+            on_down = sum(ns.count(down) for ns in held[uid].values())
+            assert done[uid] == (sum(map(len, held[uid].values())) - on_down, [down])
+            assert await c.deletions.pending(uid)
+            assert await where(c, uid) == {}  # on every node that answered
+        nodes.restart(2)
+        await c.check_health()
+        waiting = [uid for uid in uids if any(down in ns for ns in held[uid].values())]
+        assert waiting  # 12 parts of 6 archives on 8 nodes: some had one on the dead node
+        for uid in waiting:  # the returned node's copies are still there
+            assert await where(c, uid)
+        again = await c.purge_parts(dict.fromkeys(uids, [down]))
+        assert all(left == [] for _, left in again.values())
+        for uid in uids:
+            assert await where(c, uid) == {} and not await c.deletions.pending(uid)

@@ -16,7 +16,7 @@ worker's heap grows over its first GiBs, a page fault per 4 KiB).
 phase's first run and prints the functions with the most samples.
 
     python -m bench crt [--mib 1024] [--obj-mib 128] [--part-mib 8] [--threads 4] [--runs 2]
-        [--warm MIB] [--overwrite] [--src DIR] [--spy gateway:put] [--phases put,get,delete]
+        [--warm MIB] [--overwrite] [--cold] [--src DIR] [--spy gateway:put] [--phases put,get,delete]
         [--json F]
 """
 
@@ -107,6 +107,18 @@ def _run_phase(client: Any, phase: str, n: int, blob: bytes, threads: int,
         raise errors[0]
 
 
+def _evict(data: Path) -> None:
+    """Drop a cluster's files from the page cache (its drives, after a sync): its GETs then
+    read from the disk, as a restore of a checkpoint written hours before does."""
+    for f in data.rglob("*"):
+        if f.is_file():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
 def _delete_phase(cluster: Any, n: int, prefix: str, timeout: float = 600.0) -> None:
     """DeleteObjects of a run's objects, then wait for the gateways' sweeper to have freed
     every fragment (the orphan queue empty): deleting is mostly that background work."""
@@ -134,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm", type=int, default=0, metavar="MIB",
                    help="PUT this many MiB (other keys) before measuring: a fresh gateway "
                         "worker's heap grows over its first GiBs, page faults included")
+    p.add_argument("--cold", action="store_true",
+                   help="GETs read from the disk: each cluster's files leave the page cache "
+                        "first (else GET figures follow what the other tree's writes evicted)")
     p.add_argument("--overwrite", action="store_true",
                    help="every run PUTs the same keys: each PUT also frees the object it "
                         "replaces (the sweeper's work lands in the PUT phase)")
@@ -194,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                                           if r == spy_role], out)
                             time.sleep(1.0)
                         os.sync()  # the last phase's writeback is not this one's
+                        if a.cold and phase == "get":
+                            _evict(cluster.data)
                         c0 = clock.sample()
                         t0 = time.monotonic()
                         if phase == "delete":

@@ -19,9 +19,8 @@ from functools import lru_cache
 
 from pyeclib.ec_iface import ECDriver
 
-from erasure.fastencode import Fragment, ParityEncoder
+from erasure.fastencode import HEADER_SIZE, Fragment, ParityEncoder
 
-HEADER_SIZE = 80  # pyeclib/liberasurecode fragment header
 DEFAULT_BACKEND = "isa_l_rs_vand"
 DEFAULT_SEGMENT = 1024 * 1024
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
-HEADER = 80  # liberasurecode's fragment header
+HEADER_SIZE = 80  # pyeclib/liberasurecode fragment header (erasure/codec.py uses this one)
 
 
 class _PyBuffer(ctypes.Structure):  # CPython's Py_buffer
@@ -96,11 +96,11 @@ class ParityEncoder:
 
     def _encode(self, segment: bytes | memoryview, headers: list[bytes]) -> list[Fragment]:
         k, p = self.k, len(segment) // self.k
-        parity = [bytearray(HEADER + p) for _ in range(self.m)]
+        parity = [bytearray(HEADER_SIZE + p) for _ in range(self.m)]
         outs = []
         for h, buf in zip(headers[k:], parity, strict=True):
-            buf[:HEADER] = h
-            outs.append(ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf)) + HEADER)
+            buf[:HEADER_SIZE] = h
+            outs.append(ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf)) + HEADER_SIZE)
         view = _PyBuffer()
         _get_buffer(segment, ctypes.byref(view), 0)
         try:
@@ -117,8 +117,8 @@ class ParityEncoder:
         """The first segment: headers from pyeclib, and its answer compared."""
         want = self._reference(bytes(segment))
         p = len(segment) // self.k
-        ok = all(len(f) == HEADER + p for f in want)
-        headers = [f[:HEADER] for f in want] if ok else None
+        ok = all(len(f) == HEADER_SIZE + p for f in want)
+        headers = [f[:HEADER_SIZE] for f in want] if ok else None
         if headers is not None:
             got = self._encode(segment, headers)
             if [b"".join(f) for f in got] == want:

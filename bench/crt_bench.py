@@ -173,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     n = max(1, a.mib // a.obj_mib)
     gib = n * len(blob) / GiB
     root = Path(tempfile.mkdtemp(prefix="zonegate-crt-"))
-    kept = gib * (1 if a.overwrite or "delete" in phases else a.runs) * 2  # a replaced
-    zones = max(48, int((kept + a.warm / 1024) * 1.25 * 1024 / 64 / 24) + 8)  # object waits
+    # GiB the drives hold at once: one run's objects (twice: a replaced or deleted object
+    # waits for the sweeper and reclaim), or every run's when none is deleted
+    kept = gib * (1 if a.overwrite or "delete" in phases else a.runs) * 2
+    zones = max(48, int((kept + a.warm / 1024) * 1.25 * 1024 / 64 / 24) + 8)
     trees: dict[str, Path | None] = {"current": None}
     if a.src is not None:
         trees["before"] = a.src.resolve()

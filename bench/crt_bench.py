@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     phases = [x for x in ("put", "get", "delete") if x in a.phases.split(",")]
+    unknown = set(a.phases.split(",")) - set(phases)
+    if unknown or not phases:
+        p.error(f"--phases: {','.join(sorted(unknown)) or 'none'}: use put, get, delete")
     try:
         from s3torchconnectorclient._mountpoint_s3_client import MountpointS3Client
     except ImportError:

@@ -208,6 +208,11 @@ class ArchiveUpload:
         # a feeder blocked on a full queue must not wait for a consumer that is gone
         while not self.q.empty():
             self.q.get_nowait()
+        # Nothing is replayed any more: let go of the fragments (views of the part's segment
+        # buffers) now, not when the cyclic GC collects this upload (the handoff closure refers
+        # to the part's uploads), so that the buffers go back to the body's pool at once.
+        self.replay = None
+        self.handoff = self.abandoned = None
 
     @property
     def alive(self) -> bool:

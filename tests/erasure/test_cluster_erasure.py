@@ -9,6 +9,7 @@ around and rewritten by repair.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import os
 import random
@@ -325,6 +326,38 @@ async def test_body_length_mismatch_is_refused_and_leaves_nothing(config: Cluste
             await cluster.write_part("../etc/passwd", body(10, 1), length=10, stream="t",
                                      meta=lambda r: {})
         assert (await cluster.repair_queue.records()) == []
+
+
+async def test_a_written_part_lets_go_of_its_body_buffers_without_the_gc(
+        config: ClusterConfig) -> None:
+    """The gateway receives a body into pooled buffers and reuses one once nothing refers to
+    it; the writer keeps a part's fragments (views of those buffers) for a replay until its
+    nodes answer. Its uploads and their handoff closure form a reference cycle, so fragments
+    held there lived until the cyclic GC ran: a worker's heap grew past 1 GB, and every
+    segment needed a fresh buffer. With the GC off, the buffers must be free once the part is
+    written (a bytearray with a live view of it cannot grow)."""
+    size = 4 * MiB
+    buf = bytearray(data(size, 7))
+
+    async def views() -> AsyncIterator[memoryview]:
+        mv = memoryview(buf).toreadonly()
+        for off in range(0, size, MiB):  # whole segments: passed on as views, not copied
+            yield mv[off:off + MiB]
+
+    async with ErasureCluster(config) as cluster:
+        assert cluster.scheme.segment_size == MiB
+        gc.collect()
+        gc.disable()
+        try:
+            layout = await cluster.write_part("gcfree01.p1", views(), length=size,
+                                              stream="t", meta=lambda r: {})
+            buf.append(0)  # BufferError while anything still holds a view of it
+            del buf[-1]
+        finally:
+            gc.enable()
+        assert layout.missing == []
+        assert await read_all(cluster, layout) == data(size, 7)
+        assert await cluster.delete_part(layout) == cluster.scheme.n
 
 
 async def test_4k_range_fetches_only_what_it_needs(nodes: NodeCluster,

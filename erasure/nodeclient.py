@@ -27,14 +27,13 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 from weakref import WeakKeyDictionary
 
 import aiohttp
 
-from erasure import nodeget
+from erasure import nodeget, nodeput
 from erasure.config import NodeSpec
-from erasure.nodeput import FragmentsPayload
 from erasure.noderoom import room_of, writable_of
 from zonestore.logsetup import REQUEST_ID, REQUEST_ID_HEADER
 from zonestore.nodeauth import sign_headers
@@ -87,7 +86,8 @@ _observers: WeakKeyDictionary[aiohttp.ClientSession, tuple[NodeCallObserver, ...
 def make_session(limit_per_host: int = nodeget.LIMIT,
                  trace_configs: Iterable[aiohttp.TraceConfig | NodeCallObserver] | None = None
                  ) -> aiohttp.ClientSession:
-    """The node session; `trace_configs` may mix aiohttp TraceConfigs and NodeCallObservers."""
+    """The node session; `trace_configs` may mix aiohttp TraceConfigs (they see the requests
+    made through this session, not record GETs and PUTs) and NodeCallObservers (every call)."""
     configs = list(trace_configs or ())
     traces = [t for t in configs if isinstance(t, aiohttp.TraceConfig)]
     observers = tuple(t for t in configs if not isinstance(t, aiohttp.TraceConfig))
@@ -135,6 +135,7 @@ class NodeClient:
         # until this monotonic time, or until a write here succeeds
         self.stalled_until = 0.0
         self._gets: nodeget.GetPool | None = None  # record GETs' connections (nodeget.py)
+        self._puts: nodeget.GetPool | None = None  # record PUTs' connections (nodeput.py)
 
     @property
     def stalled(self) -> bool:
@@ -246,9 +247,11 @@ class NodeClient:
         return cls(self.id, status, code, msg)
 
     def close_idle(self) -> None:
-        """Close the record GETs' idle keep-alive connections (the session's are its own)."""
-        if self._gets is not None:
-            self._gets.close()
+        """Close the record GETs' and PUTs' idle keep-alive connections (the session's are
+        its own)."""
+        for pool in (self._gets, self._puts):
+            if pool is not None:
+                pool.close()
 
     def _url(self, path: str) -> str:
         return self.spec.url + path
@@ -280,12 +283,13 @@ class NodeClient:
         """Stream `length` payload bytes then the metadata blob (`meta` may be a callable,
         evaluated once the payload is sent). Returns the node's JSON once durable. An item of
         `body` may be a list of buffers: they go out as one HTTP chunk in one writelines,
-        without being joined (the erasure writer's fragments, see `FragmentsPayload`)."""
-        path = f"/v1/records/{record_id}"
+        without being joined (the erasure writer's fragments, see erasure/nodeput.py)."""
+        path = f"/v1/records/{quote(record_id, safe=':')}"
         query = {"nonce": secrets.token_hex(8)}
         headers = self._headers("PUT", path, query, None)
         headers.update({"X-ZG-Stream": stream, "X-ZG-Length": str(length),
-                        "Content-Type": "application/octet-stream"})
+                        "Content-Type": "application/octet-stream",
+                        "Transfer-Encoding": "chunked"})
         sent = 0
 
         async def gen() -> AsyncIterator[bytes | list[bytes]]:
@@ -297,23 +301,29 @@ class NodeClient:
                 raise ValueError(f"archive body has {sent} bytes, announced {length}")
             yield meta() if callable(meta) else meta
 
+        pool = self._puts
+        if pool is None:
+            pool = self._puts = nodeget.GetPool(self.spec.url)
+        head = pool.head(f"{path}?{urlencode(query)}", headers, "PUT")
+        started = time.perf_counter()
         try:
-            async with await self._send("put", "PUT", path, params=query,
-                                        data=FragmentsPayload(gen()),
-                                        headers=headers, timeout=self._timeout()) as resp:
-                if resp.status != 201:
-                    err = await self._error(resp)
-                    if resp.status == 507:  # room for twice this record before it gets more
-                        self.note_full(2 * length)
-                    raise err
-                out = await resp.json(content_type=None)
-        except NodeError:
-            raise
-        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
-            if isinstance(e, BodyAbandoned) or isinstance(e.__cause__, BodyAbandoned):
-                # we cut it (aiohttp wraps the body's error): the node took bytes, it is up
-                raise NodeUnavailable(self.id, 0, "abandoned", str(e)) from e
+            answer, raw = await nodeput.put(pool, head, gen(), self.timeout)
+        except BodyAbandoned as e:  # we cut it: the node took bytes, it is up
+            raise NodeUnavailable(self.id, 0, "abandoned", str(e)) from e
+        except OSError as e:  # a timeout, a refused or lost connection, a bad answer
+            self._observe("put", None, started)
             raise self._down(e) from e
+        if self.observers:
+            self._observe("put", answer.status, started)
+        if answer.status != 201:
+            err = self._error_of(answer.status, answer.reason, raw)
+            if answer.status == 507:  # room for twice this record before it gets more
+                self.note_full(2 * length)
+            raise err
+        try:
+            out = json.loads(raw)
+        except ValueError as e:
+            raise self._down(nodeget.ProtocolError(f"bad answer to a PUT: {raw[:100]!r}")) from e
         self.up = True
         self.stalled_until = 0.0
         return out

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
+import sys
 import time
 from collections.abc import Mapping
 from urllib.parse import urlsplit
@@ -49,6 +50,12 @@ MAX_HEAD = 64 * 1024      # an answer's head larger than this is a protocol erro
 MAX_ERROR_BODY = 1024 * 1024  # an error answer's body larger than this is cut short
 
 _IDLE, _HEAD, _BODY, _DONE = range(4)
+
+# asyncio's selector transport gained a writelines in 3.12.0 that could send buffers out of
+# order until 3.12.9 / 3.13.2 (aiohttp joins them there too); uvloop's, the gateway's, is a
+# writev. Before 3.12 the inherited writelines joins anyway.
+JOIN_WRITES = (3, 12) <= sys.version_info[:3] < (3, 12, 9) or \
+    (3, 13) <= sys.version_info[:3] < (3, 13, 2)
 
 
 class Lost(ConnectionError):
@@ -115,6 +122,9 @@ class GetProtocol(asyncio.BufferedProtocol):
         self._want = 0             # bytes the reader waits for
         self._paused = False
         self._keep = True          # reusable once the answer is complete
+        self._sent = True          # the whole request went out (a PUT's body may not have)
+        self._head_out: bytes | None = None  # a PUT's head, sent with its first chunk
+        self._wpaused = False      # the transport's buffer is above its high-water mark
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
 
@@ -176,11 +186,12 @@ class GetProtocol(asyncio.BufferedProtocol):
             self._keep = False
             self._abort()
 
-    def pause_writing(self) -> None:  # a request head is small: nothing to hold back
-        pass
+    def pause_writing(self) -> None:  # a GET's head is small; a PUT's body waits (drain)
+        self._wpaused = True
 
     def resume_writing(self) -> None:
-        pass
+        self._wpaused = False
+        self._wake()
 
     # -- the body ----------------------------------------------------------------------------
 
@@ -258,14 +269,57 @@ class GetProtocol(asyncio.BufferedProtocol):
     # -- the reader's side -------------------------------------------------------------------
 
     def send(self, head: bytes) -> None:
+        self._start(head)
+        assert self.transport is not None  # (never paused here: reads pause mid-body only)
+        self.transport.write(head)
+
+    def _start(self, head: bytes) -> None:
         self._state = _HEAD
         self._answer = None
         self._until_close = False
         self._ready.clear()  # what the last reader left untaken
         self._buffered = 0
         self._want = 0
-        assert self.transport is not None  # (never paused here: reads pause mid-body only)
-        self.transport.write(head)
+        self._sent = True
+
+    # -- a streamed request body (erasure/nodeput.py) -----------------------------------------
+
+    def begin(self, head: bytes) -> None:
+        """Start a request whose chunked body follows: the head goes out with its first
+        chunk (one wake-up of the node for both)."""
+        self._start(head)
+        self._sent = False
+        self._head_out = head
+
+    @property
+    def answered(self) -> bool:
+        """The node answered (or the connection ended or failed): sending more is pointless."""
+        return self._answer is not None or self._error is not None or self.closed
+
+    def write_chunk(self, pieces: list[bytes | memoryview], size: int) -> None:
+        """One HTTP chunk of `pieces` (`size` bytes in all, > 0), in one writelines."""
+        frame = [f"{size:x}\r\n".encode("ascii"), *pieces, b"\r\n"]
+        self._write(frame)
+
+    def write_end(self) -> None:
+        self._write([b"0\r\n\r\n"])
+        self._sent = True
+
+    def _write(self, frame: list[bytes | memoryview]) -> None:
+        if self._head_out is not None:
+            frame.insert(0, self._head_out)
+            self._head_out = None
+        assert self.transport is not None
+        if JOIN_WRITES:
+            self.transport.write(b"".join(frame))
+        else:
+            self.transport.writelines(frame)
+
+    async def drain(self, stall: float) -> None:
+        """Until the transport's buffer is below its low-water mark, or the node answered:
+        TimeoutError after `stall` seconds without either."""
+        while self._wpaused and not self.answered:
+            await self._wait(stall)
 
     async def answer(self, stall: float) -> Answer:
         """The answer's status and headers, once they are in."""
@@ -337,7 +391,7 @@ class GetProtocol(asyncio.BufferedProtocol):
 
     @property
     def reusable(self) -> bool:
-        return self._state == _DONE and self._keep and not self.closed
+        return self._state == _DONE and self._keep and self._sent and not self.closed
 
     def close(self) -> None:
         self._abort()
@@ -363,9 +417,9 @@ class GetPool:
         self._sweep: asyncio.TimerHandle | None = None
         self._ssl: ssl.SSLContext | None = None
 
-    def head(self, path: str, headers: Mapping[str, str]) -> bytes:
-        """A GET request's head; ValueError for a header that would break the framing."""
-        lines = [f"GET {path} HTTP/1.1\r\nHost: {self.hostport}\r\n"]
+    def head(self, path: str, headers: Mapping[str, str], method: str = "GET") -> bytes:
+        """A request's head; ValueError for a header that would break the framing."""
+        lines = [f"{method} {path} HTTP/1.1\r\nHost: {self.hostport}\r\n"]
         for k, v in headers.items():
             if "\r" in v or "\n" in v or "\r" in k or "\n" in k or ":" in k:
                 raise ValueError(f"header {k!r} has a line break or bad name")
@@ -393,6 +447,16 @@ class GetPool:
                     conn.close()
                     raise
             raise AssertionError("unreachable")
+        except BaseException:
+            self._free_slot()
+            raise
+
+    async def acquire(self, stall: float) -> GetProtocol:
+        """A pooled or new connection for a request that cannot be sent twice (a streamed
+        PUT: its body is consumed as it goes); give it back with `release`."""
+        await self._slot()
+        try:
+            return self._pooled() or await self._connect(stall)
         except BaseException:
             self._free_slot()
             raise

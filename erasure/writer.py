@@ -108,7 +108,7 @@ class ArchiveUpload:
 
     async def _body(self, att: _Attempt):
         # Batches go out as lists of fragments: the node client writes a list as one HTTP
-        # chunk without joining it (a copy of every byte sent, see nodeput.FragmentsPayload).
+        # chunk without joining it (a copy of every byte sent, see erasure/nodeput.py).
         # a handed-off upload starts again
         batch: list[Any] = [b for item in self.replay or () for b in item]
         size = sum(map(len, batch))

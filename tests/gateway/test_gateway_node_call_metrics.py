@@ -83,8 +83,9 @@ def test_every_node_call_is_counted_and_timed(node: NodeCluster) -> None:
     assert value(m, latency + "_count", node=nid, operation="get") == 2
     assert value(m, latency + "_count", node=nid, operation="put") == 1
     assert 0 < value(m, latency + "_sum", node=nid, operation="put") < 60
-    # a TraceConfig beside the observer still sees the requests it was given
-    assert trace_starts.count("PUT") == 2 and trace_starts.count("DELETE") == 1
+    # a TraceConfig beside the observer still sees the requests aiohttp's client makes (record
+    # GETs and PUTs go over the lean connections of erasure/nodeget.py and nodeput.py)
+    assert trace_starts.count("DELETE") == 1 and "PUT" not in trace_starts
 
 
 def test_a_session_without_observers_times_nothing(node: NodeCluster) -> None:

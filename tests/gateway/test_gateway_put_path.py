@@ -9,12 +9,10 @@ import asyncio
 import hashlib
 import os
 import socket
-import sys
 from collections.abc import Iterator
 
 import pytest
 import uvicorn
-from aiohttp import http_writer
 
 from erasure.config import NodeSpec
 from erasure.nodeclient import NodeClient, make_session
@@ -117,10 +115,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
 
 
 def test_archive_puts_use_writelines_and_store_exact_bytes(node: NodeCluster) -> None:
-    if sys.version_info < (3, 12):
-        assert http_writer.SKIP_WRITELINES is False
     frags = [os.urandom(128 * 1024 + 80) for _ in range(8)]
-    tail = os.urandom(999)  # a last write below aiohttp's writelines minimum
+    tail = os.urandom(999)
 
     async def body():
         yield b"".join(frags[:3])

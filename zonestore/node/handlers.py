@@ -33,8 +33,7 @@ MAX_LIST_LIMIT = 10_000
 # on every Python before 3.12.9: then it joins head and chunk into a new bytes, a copy of up to
 # a record chunk (1 MiB). The bug it avoids is in the writelines asyncio's selector transport
 # gained in 3.12.0; before 3.12 asyncio's transports inherit one that joins anyway and
-# uvloop's (the node's loop) is a writev. Same switch as the gateway's node client
-# (erasure/nodeput.py).
+# uvloop's (the node's loop) is a writev.
 if sys.version_info < (3, 12):
     http_writer.SKIP_WRITELINES = False
 

@@ -12,10 +12,11 @@ values, the two multipart forms S3 defines, and a helper that runs hashing in a 
 - `full_object(algo, [(part_value, part_length), ...])`: CRC of the whole object from the
   parts' CRCs (FULL_OBJECT type; CRC algorithms only), via awscrt's combine functions.
 - `ThreadedHashers`: feed chunks to several hashers; big chunks are hashed in a worker thread
-  (hashlib and zlib release the GIL) while the event loop goes on with the next stage.
+  (hashlib and ISA-L release the GIL) while the event loop goes on with the next stage.
 
-CRC32 uses zlib (faster here than awscrt's CRC32, and releases the GIL); CRC32C and
-CRC64NVME use awscrt, which also provides the CRC combine functions, so none is hand-written.
+CRC32 uses ISA-L's (python-isal: 0.013 CPU-s/GiB here, against zlib's 0.20 and awscrt's
+0.31); CRC32C and CRC64NVME use awscrt, which also provides the CRC combine functions, so none
+is hand-written.
 """
 
 from __future__ import annotations
@@ -24,19 +25,19 @@ import asyncio
 import base64
 import binascii
 import hashlib
-import zlib
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
 from typing import Protocol
 
 from awscrt import checksums as _crt
+from isal import isal_zlib
 
 from gateway.s3.errors import S3Error
 
 ALGORITHMS: tuple[str, ...] = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
 CRC_ALGORITHMS: frozenset[str] = frozenset({"CRC32", "CRC32C", "CRC64NVME"})
 _DIGEST_SIZE = {"CRC32": 4, "CRC32C": 4, "CRC64NVME": 8, "SHA1": 20, "SHA256": 32}
-_CRC_FUNCS = {"CRC32": zlib.crc32, "CRC32C": _crt.crc32c, "CRC64NVME": _crt.crc64nvme}
+_CRC_FUNCS = {"CRC32": isal_zlib.crc32, "CRC32C": _crt.crc32c, "CRC64NVME": _crt.crc64nvme}
 _CRC_COMBINE = {
     "CRC32": _crt.combine_crc32,
     "CRC32C": _crt.combine_crc32c,
@@ -224,7 +225,7 @@ class ThreadedHashers:
 
     Small chunks (a web server hands out 64 KiB or less) are batched by reference, without
     copying, until `threshold` bytes are waiting; the batch is then hashed in a thread while
-    the caller goes on (hashlib and zlib release the GIL). One batch is in flight at a time,
+    the caller goes on (the hashers release the GIL). One batch is in flight at a time,
     so order is kept. `await feed(chunk)` returns once the chunk is queued; the caller must not
     mutate it afterwards (pass `bytes`). `await finish()` hashes what is left; read the
     hashers after it. Memory held: at most two batches of about `threshold` bytes.

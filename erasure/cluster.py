@@ -179,7 +179,7 @@ class ErasureCluster(LayoutMixin):
         self._health = self._healer = self._layout_task = None
         self._heal_kick = None
         for c in self.clients.values():
-            c.close_idle()  # record GETs keep their own connections (erasure/nodeget.py)
+            c.close_idle()  # record GETs and PUTs keep their own (erasure/nodeget.py)
         if self._session:
             await self._session.close()
             self._session = None

@@ -9,9 +9,10 @@ received straight into buffers of up to BODY_CHUNK bytes (a BufferedProtocol: th
 into the memory whose views the reader hands to the decoder, no copy in between, and few large
 reads): ~0.3 ms per such GET (bench/README.md, "CPU per byte through the CRT client").
 
-What it speaks: GET only; the answer must be HTTP/1.x with a Content-Length (the node sends one
-on every answer; an answer without one is read to the connection's end, and only an error may
-be framed so). Connections are kept alive in a per-node pool while idle for at most
+What it speaks: GETs, and the streamed PUTs of erasure/nodeput.py (a chunked body sent on the
+same kind of connection, `begin`/`write_chunk`/`drain`/`write_end`); the answer must be
+HTTP/1.x with a Content-Length (the node sends one on every answer; an answer without one is
+read to the connection's end, and only an error may be framed so). Connections are kept alive in a per-node pool while idle for at most
 KEEPALIVE_TIMEOUT (below the node's), at most LIMIT in use at once (more wait for one: our own
 queue, not the node's fault, so not timed); a pooled connection the node closed meanwhile is
 replaced once, before anything of the answer came. Memory stays bounded per stream: reading

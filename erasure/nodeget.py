@@ -12,18 +12,19 @@ reads): ~0.3 ms per such GET (bench/README.md, "CPU per byte through the CRT cli
 What it speaks: GETs, and the streamed PUTs of erasure/nodeput.py (a chunked body sent on the
 same kind of connection, `begin`/`write_chunk`/`drain`/`write_end`); the answer must be
 HTTP/1.x with a Content-Length (the node sends one on every answer; an answer without one is
-read to the connection's end, and only an error may be framed so). Connections are kept alive in a per-node pool while idle for at most
-KEEPALIVE_TIMEOUT (below the node's), at most LIMIT in use at once (more wait for one: our own
-queue, not the node's fault, so not timed); a pooled connection the node closed meanwhile is
-replaced once, before anything of the answer came. Memory stays bounded per stream: reading
-pauses while WINDOW bytes received wait for the reader, so a stream holds at most WINDOW +
-BODY_CHUNK (3 MiB; aiohttp's client paused at ~128 KiB plus its 256 KiB read buffer). A
-smaller window costs a pause and resume of the socket per fragment GET (a node's answer to a
-part-aligned 8 MiB GET is 1,049,216 bytes), and smaller receive buffers more, smaller reads:
-256 KiB buffers cost ~0.1 ms more CPU per such GET than 1 MiB ones.
+read to the connection's end, and only an error may be framed so). Connections are kept alive
+in a per-node pool while idle for at most KEEPALIVE_TIMEOUT (below the node's), at most LIMIT
+in use at once (more wait for one: our own queue, not the node's fault, so not timed); a pooled
+connection the node closed meanwhile is replaced once, before anything of the answer came.
+Memory stays bounded per stream: reading pauses while WINDOW bytes received wait for the
+reader, so a stream holds at most WINDOW + BODY_CHUNK (3 MiB; aiohttp's client paused at
+~128 KiB plus its 256 KiB read buffer). A smaller window costs a pause and resume of the socket per
+fragment GET (a node's answer to a part-aligned 8 MiB GET is 1,049,216 bytes), and smaller
+receive buffers more, smaller reads: 256 KiB buffers cost ~0.1 ms more CPU per such GET than
+1 MiB ones.
 
-Timeouts (`stall`, the node timeout): connecting, and every wait for more of the answer, each
-at most that long (no progress for that long: TimeoutError); the caller turns them into
+Timeouts (`stall`, the node timeout): connecting, every wait for a PUT body's writes to drain,
+and every wait for more of the answer, each at most that long (no progress for that long: TimeoutError); the caller turns them into
 NodeUnavailable.
 """
 

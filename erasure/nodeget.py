@@ -17,15 +17,15 @@ in a per-node pool while idle for at most KEEPALIVE_TIMEOUT (below the node's), 
 in use at once (more wait for one: our own queue, not the node's fault, so not timed); a pooled
 connection the node closed meanwhile is replaced once, before anything of the answer came.
 Memory stays bounded per stream: reading pauses while WINDOW bytes received wait for the
-reader, so a stream holds at most WINDOW + BODY_CHUNK (3 MiB; aiohttp's client paused at
-~128 KiB plus its 256 KiB read buffer). A smaller window costs a pause and resume of the socket per
+reader, so a stream holds at most WINDOW + BODY_CHUNK (3 MiB; aiohttp's client paused at ~128
+KiB plus its 256 KiB read buffer). A smaller window costs a pause and resume of the socket per
 fragment GET (a node's answer to a part-aligned 8 MiB GET is 1,049,216 bytes), and smaller
-receive buffers more, smaller reads: 256 KiB buffers cost ~0.1 ms more CPU per such GET than
-1 MiB ones.
+receive buffers more, smaller reads: 256 KiB buffers cost ~0.1 ms more CPU per such GET than 1
+MiB ones.
 
 Timeouts (`stall`, the node timeout): connecting, every wait for a PUT body's writes to drain,
-and every wait for more of the answer, each at most that long (no progress for that long: TimeoutError); the caller turns them into
-NodeUnavailable.
+and every wait for more of the answer, each at most that long (no progress for that long:
+TimeoutError); the caller turns them into NodeUnavailable.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ without aiohttp's client: the transport under `nodeclient.NodeClient.put` (docs/
 
 Why: every part becomes one ~1 MiB PUT to each of its n nodes (1,280 per GiB of 8 MiB parts
 in 8+2), and aiohttp's client spent ~170 us of CPU on each (its request and response objects,
-timers, the payload writer task and the parser feeding a stream reader); this costs ~70 us
+timers, the payload writer task and the parser feeding a stream reader); this costs ~100 us
 (bench/README.md, "CPU per byte through the CRT client").
 
 What it sends: the request head together with the body's first chunk, then each item of the

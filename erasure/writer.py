@@ -92,7 +92,8 @@ class ArchiveUpload:
         self.task: asyncio.Task | None = None
         self.error: BaseException | None = None
         self.meta: bytes | None = None
-        self.replay: list[Fragment] | None = []  # what the PUT took so far; None past the limit
+        # what the PUT took so far, for a handoff node; None past the limit (or with no handoff)
+        self.replay: list[Fragment] | None = [] if handoff is not None else None
         self.replay_bytes = 0
         self.ended = False  # the end of the body was taken from the queue
         self.moved_from: list[str] = []  # full nodes this archive was handed off from

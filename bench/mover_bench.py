@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         out["rebuild"] = _move(g, load, a.seconds, 4, ["node", "remove", g.nodes.ids[1]])
     finally:
         g.stop()
+        shutil.rmtree(root, ignore_errors=True)  # ~1 GB of drives a run
     for phase in ("rebalance", "drain", "rebuild"):
         r = out[phase]
         fg = r["fg"]

@@ -11,32 +11,24 @@ def room_of(stats: dict) -> int | None:
     says); None if it says nothing."""
     total, seen = 0, False
     for d in stats.get("drives") or ():
-        if not isinstance(d, dict):
-            continue
-        v = d.get("writable_bytes", d.get("free_bytes"))
-        if isinstance(v, int):
+        v = _writable(d) if isinstance(d, dict) else None
+        if v is not None:
             seen = True
             total += v + sum(d.get(k, 0) for k in ("garbage_bytes", "stranded_bytes")
                              if isinstance(d.get(k, 0), int))
-    if seen:
-        return total
-    totals = stats.get("totals") or {}
-    v = totals.get("writable_bytes", totals.get("free_bytes"))
-    return v if isinstance(v, int) else None
+    return total if seen else _writable(stats.get("totals") or {})
 
 
 def writable_of(stats: dict) -> int | None:
     """Writable bytes of a node's largest drive from its /v1/stats answer: `writable_bytes`
     (empty zones + open zones' room), or `free_bytes` from nodes that do not report it."""
-    best: int | None = None
-    for d in stats.get("drives") or ():
-        if not isinstance(d, dict):
-            continue
-        v = d.get("writable_bytes", d.get("free_bytes"))
-        if isinstance(v, int) and (best is None or v > best):
-            best = v
-    if best is None:
-        totals = stats.get("totals") or {}
-        v = totals.get("writable_bytes", totals.get("free_bytes"))
-        best = v if isinstance(v, int) else None
-    return best
+    found = [v for d in stats.get("drives") or () if isinstance(d, dict)
+             if (v := _writable(d)) is not None]
+    return max(found) if found else _writable(stats.get("totals") or {})
+
+
+def _writable(d: dict) -> int | None:
+    """A drive's (or the totals') `writable_bytes`, or `free_bytes` from nodes that do not
+    report it; None if neither is an int."""
+    v = d.get("writable_bytes", d.get("free_bytes"))
+    return v if isinstance(v, int) else None

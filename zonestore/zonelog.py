@@ -78,7 +78,7 @@ class ZoneLog(ZoneAllocator, SpaceAdmission, RecordReader, RecordRelocation):
                  gc_reserve_zones: int = 1, background_reclaim: bool = True,
                  reclaim_interval: float = 5.0, reclaim_free_threshold: float = 0.2,
                  reclaim_rate: int = 64 * MiB, reclaim_min_garbage: float = 0.25,
-                 index_commit_delay: float = 0.02, lifetime_classes: int = 0,
+                 index_commit_delay: float = 0.25, lifetime_classes: int = 0,
                  reclaim_low_zones: int = 0, space_wait: float = 10.0) -> None:
         self.device = device
         self.index = index

@@ -108,6 +108,32 @@ async def test_lagging_index_is_caught_up_on_open(tmp_path):
         assert fsck(dev, drive / "index.sqlite")[0] == []
 
 
+async def test_puts_a_few_ms_apart_share_an_index_commit_and_a_crash_before_it_loses_none(
+        tmp_path):
+    """A cluster's node takes a PUT every ~50 ms: the index commits such puts in one SQLite
+    transaction (not one each), and a copy of the drive taken before that commit (a crash)
+    opens with every acknowledged record."""
+    drive = make_drive(tmp_path)
+    log = await open_log(drive)  # the node's default commit delay
+    commits: list[str] = []
+    log.index.db.set_trace_callback(
+        lambda sql: commits.append(sql) if sql.strip().upper() == "COMMIT" else None)
+    for i in range(10):
+        await log.put(f"r{i}", payload(i, 20 * KiB), stream="s")
+        await asyncio.sleep(0.04)
+    assert len(commits) <= 4, commits  # a commit per put at 0.02 s
+    await log.put("last", payload(99, 20 * KiB), stream="s")  # acknowledged, not committed
+    crashed = tmp_path / "crashed"
+    shutil.copytree(drive, crashed)
+    await log.close()
+    log = await open_log(crashed)
+    try:
+        assert sorted(r.id for r in log.scan()) == sorted([f"r{i}" for i in range(10)] + ["last"])
+        assert await read_all(log, "last") == payload(99, 20 * KiB)
+    finally:
+        await log.close()
+
+
 def zonegate(*args: str) -> subprocess.CompletedProcess:
     code = "import sys; from gateway.cli.main import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,

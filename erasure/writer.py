@@ -1,8 +1,9 @@
 """Write one part: encode it segment by segment and stream the k+m archives to their nodes.
 
-Each archive has a bounded queue (a few fragments) feeding a streamed PUT that sends the
-fragments in batches of SEND_BATCH bytes, so memory stays at a few segments plus one batch per
-archive whatever the part's size, and a slow node slows the writer down (back-pressure) —
+Each archive has a bounded queue (one batch of SEND_BATCH bytes of fragments, gathered by the
+writer) feeding a streamed PUT, so memory stays at a few segments plus three batches per
+archive (gathering, queued, being sent) whatever the part's size, and a slow node slows the
+writer down (back-pressure) —
 until it makes no progress for the node timeout, then it counts as failed. A node that fails
 mid-write is dropped; as long as the write quorum holds the write succeeds, and the missing
 indexes go into the layout and the repair queue. Below quorum, every archive of the part is
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from erasure.cluster import ErasureCluster
 
 log = logging.getLogger(__name__)
-QUEUE_DEPTH = 4  # fragments in flight per archive
+QUEUE_DEPTH = 1  # batches (SEND_BATCH bytes of fragments) queued per archive
 # Fragments are sent to a node in batches of at least this many bytes (a 1 MiB segment makes
 # 128 KiB fragments with 8+2): each network write wakes the node process, and on a loaded
 # machine those wake-ups, not the bytes, are what a node spends most of its CPU on.
@@ -287,6 +288,8 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
                               f"below the write quorum {cluster.write_quorum}: {errors}")
 
     total, crc = 0, 0
+    batches: dict[int, Fragment] = {i: [] for i in sinks}
+    pending = 0  # bytes of each archive in `batches`
     try:
         async for seg in segments(body, scheme.segment_size):
             total += len(seg)
@@ -297,15 +300,23 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
             frags = codec.encode_pieces(seg)
             cluster.stats["encode_seconds"] += time.perf_counter() - started
             cluster.stats["encode_bytes"] += len(seg)
-            # Most segments find room in every queue: only the full ones need a waiting task.
-            full = [i for i, s in sinks.items() if not s.offer(frags[i])]
-            if full:
-                await asyncio.gather(*(sinks[i].feed(frags[i], timeout) for i in full))
+            # Fragments go to the uploads in batches of SEND_BATCH bytes (every archive gets
+            # as many bytes of a segment): an upload's task wakes once per batch, not once
+            # per segment.
+            for i, batch in batches.items():
+                batch += frags[i]
+            pending += sum(map(len, frags[0]))
+            if pending >= SEND_BATCH:
+                await _hand_over(sinks, batches, timeout)
+                batches, pending = {i: [] for i in sinks}, 0
             else:
                 await asyncio.sleep(0)  # let the uploads and the hashing run between segments
             check_quorum()
         if total != length:
             raise ValueError(f"part body ended after {total} of its announced {length} bytes")
+        if pending:
+            await _hand_over(sinks, batches, timeout)
+        batches = {}
         result = PartResult(part_uid, length, crc, scheme)
         caller = meta(result)
         blobs = archive_metas(result, sinks, caller, stream)
@@ -342,6 +353,17 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
         log.warning("part %s written without fragments %s: %s", part_uid, missing, reasons)
         await cluster.note_damage(layout, missing, f"write: {reasons}")
     return layout
+
+
+async def _hand_over(sinks: dict[int, ArchiveUpload], batches: dict[int, Fragment],
+                     stall: float) -> None:
+    """Queue each upload's batch; most find room at once: only the full queues need a
+    waiting task."""
+    full = [i for i, s in sinks.items() if not s.offer(batches[i])]
+    if full:
+        await asyncio.gather(*(sinks[i].feed(batches[i], stall) for i in full))
+    else:
+        await asyncio.sleep(0)
 
 
 def _watch_abandoned(cluster: ErasureCluster, part_uid: str, client: NodeClient,

@@ -125,7 +125,8 @@ class GetProtocol(asyncio.BufferedProtocol):
         self._paused = False
         self._keep = True          # reusable once the answer is complete
         self._sent = True          # the whole request went out (a PUT's body may not have)
-        self._head_out: bytes | None = None  # a PUT's head, sent with its first chunk
+        # what of a streamed PUT is not written yet: its head, small chunks (sent with the next)
+        self._held: list[bytes | memoryview] = []
         self._wpaused = False      # the transport's buffer is above its high-water mark
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
@@ -283,6 +284,7 @@ class GetProtocol(asyncio.BufferedProtocol):
         self._buffered = 0
         self._want = 0
         self._sent = True
+        self._held = []
 
     # -- a streamed request body (erasure/nodeput.py) -----------------------------------------
 
@@ -291,26 +293,32 @@ class GetProtocol(asyncio.BufferedProtocol):
         chunk (one wake-up of the node for both)."""
         self._start(head)
         self._sent = False
-        self._head_out = head
+        self._held = [head]
 
     @property
     def answered(self) -> bool:
         """The node answered (or the connection ended or failed): sending more is pointless."""
         return self._answer is not None or self._error is not None or self.closed
 
-    def write_chunk(self, pieces: list[bytes | memoryview], size: int) -> None:
-        """One HTTP chunk of `pieces` (`size` bytes in all, > 0), in one writelines."""
-        frame = [f"{size:x}\r\n".encode("ascii"), *pieces, b"\r\n"]
-        self._write(frame)
+    def write_chunk(self, pieces: list[bytes | memoryview], size: int, hold: bool = False
+                    ) -> None:
+        """One HTTP chunk of `pieces` (`size` bytes in all, > 0), in one writelines; with
+        `hold`, kept to go out with the next chunk or the end (one wake-up of the node for a
+        small chunk and what follows it)."""
+        held = self._held
+        held.append(f"{size:x}\r\n".encode("ascii"))
+        held += pieces
+        held.append(b"\r\n")
+        if not hold:
+            self._write()
 
     def write_end(self) -> None:
-        self._write([b"0\r\n\r\n"])
+        self._held.append(b"0\r\n\r\n")
+        self._write()
         self._sent = True
 
-    def _write(self, frame: list[bytes | memoryview]) -> None:
-        if self._head_out is not None:
-            frame.insert(0, self._head_out)
-            self._head_out = None
+    def _write(self) -> None:
+        frame, self._held = self._held, []
         assert self.transport is not None
         if JOIN_WRITES:
             self.transport.write(b"".join(frame))

@@ -9,8 +9,9 @@ timers, the payload writer task and the parser feeding a stream reader); this co
 
 What it sends: the request head together with the body's first chunk, then each item of the
 body (bytes, or a list of buffers: the erasure writer's fragments) as one HTTP chunk in one
-writelines without joining it, then the last chunk. After each chunk it waits while the
-socket's buffer is above its high-water mark (`stall` seconds at most without progress:
+writelines without joining it, then the last chunk; a chunk under HOLD_BELOW bytes goes out
+with the next one (or the end). After each chunk it waits while the socket's buffer is above
+its high-water mark (`stall` seconds at most without progress:
 TimeoutError). The node may answer before the body is complete (a refusal): sending stops, its
 answer is returned, and the connection is not reused. An error raised by the body (the writer
 gave the request up, or a body of the wrong length) aborts the connection, so the node commits
@@ -22,6 +23,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterable
 
 from erasure.nodeget import Answer, GetPool
+
+# A chunk smaller than this (the metadata blob, a small part's fragments) waits to go out with
+# what follows it: each write wakes the node, and its cost is per write, not per byte.
+HOLD_BELOW = 64 * 1024
 
 
 async def put(pool: GetPool, head: bytes, body: AsyncIterable[bytes | list[bytes]],
@@ -40,7 +45,7 @@ async def put(pool: GetPool, head: bytes, body: AsyncIterable[bytes | list[bytes
             if conn.answered:
                 await _close(items)  # the rest of the body is not wanted
                 break
-            conn.write_chunk(pieces, size)
+            conn.write_chunk(pieces, size, hold=size < HOLD_BELOW)
             await conn.drain(stall)
         else:
             if not conn.answered:

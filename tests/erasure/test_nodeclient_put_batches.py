@@ -1,7 +1,7 @@
 """The node client's streamed PUT (erasure/nodeput.py over nodeget's lean connections), against
 a real node: body items that are lists of buffers (the erasure writer's batches of fragments)
-go out as one HTTP chunk each, in one writelines with nothing joined, the request head with the
-first of them; the node stores exactly their concatenation and the metadata blob after them;
+go out as one HTTP chunk each, in one writelines with nothing joined (a small one with what
+follows it), the request head with the first of them; the node stores exactly their concatenation and the metadata blob after them;
 one keep-alive connection serves PUT after PUT; a node that refuses a request before its body
 is in is heard at once, and that connection is not used again."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from erasure import nodeget
+from erasure import nodeget, nodeput
 from erasure.config import NodeSpec
 from erasure.nodeclient import NodeClient, NodeError, make_session
 from tests.support.nodeproc import NodeCluster
@@ -24,10 +24,9 @@ async def test_list_items_are_stored_as_their_concatenation(tmp_path, monkeypatc
     writes: list[tuple[bool, int]] = []  # (the request head went with it, buffers written)
     write = nodeget.GetProtocol._write
 
-    def recording(self, frame):
-        head = self._head_out is not None
-        writes.append((head, len(frame) + head))
-        return write(self, frame)
+    def recording(self):
+        writes.append((bytes(self._held[0][:4]) == b"PUT ", len(self._held)))
+        return write(self)
 
     monkeypatch.setattr(nodeget.GetProtocol, "_write", recording)
     frag = [os.urandom(131_152) for _ in range(9)]
@@ -36,7 +35,8 @@ async def test_list_items_are_stored_as_their_concatenation(tmp_path, monkeypatc
         "several": [frag[0:8], [frag[8]]],
         "single": [[frag[0]], frag[1], [frag[2], frag[3]]],
         "bytes-first": [frag[0], frag[1:4], b"", frag[4:9]],
-        "tiny": [[b"a", b"", b"bc"], [b"d"]],
+        "tiny": [[b"a", b"", b"bc"], [b"d"]],  # all in one write with the head and the end
+        "small-then-large": [[b"ab"], frag[0:2], [b"c"], frag[2]],
         # empty pieces: an empty chunk on the wire would end the body early
         "empty-pieces": [[b"x", b""], [b"", b"yz"], [], [b""], b"w"],
     }
@@ -57,12 +57,20 @@ async def test_list_items_are_stored_as_their_concatenation(tmp_path, monkeypatc
                                  meta=lambda name=name: name.encode())
                 assert await client.get_bytes(name) == want, name
                 assert (await client.head(name)).meta == name.encode()
-                # one write per non-empty item, the metadata and the end; the head in the first
-                # (head, size line, the pieces, CRLF), none joined on the way
-                sizes = [len(i) if isinstance(i, list) else 1 for i in items
-                         if (sum(map(len, i)) if isinstance(i, list) else len(i))]
-                assert [w[1] for w in writes] == [3 + sizes[0]] + [
-                    2 + n for n in sizes[1:]] + [3, 1], (name, writes)
+                # one write per non-empty item of HOLD_BELOW bytes or more, with the smaller
+                # ones before it (a size line, the pieces, CRLF each), the request head in the
+                # first; the metadata and the end last; none joined on the way
+                expected, held = [], 1
+                for item in [*items, [name.encode()]]:
+                    pieces = item if isinstance(item, list) else [item]
+                    if not sum(map(len, pieces)):
+                        continue
+                    held += 2 + len(pieces)
+                    if sum(map(len, pieces)) >= nodeput.HOLD_BELOW:
+                        expected.append(held)
+                        held = 0
+                expected.append(held + 1)
+                assert [w[1] for w in writes] == expected, (name, writes)
                 assert [w[0] for w in writes] == [True] + [False] * (len(writes) - 1), name
             # every PUT went over the one connection kept alive
             assert len(client._puts._idle) == 1 and client._puts._busy == 0

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from erasure import writer
 from erasure.cluster import ErasureCluster
 from erasure.config import ClusterConfig, write_config
 from erasure.errors import ErasureError, QuorumError
@@ -358,6 +359,32 @@ async def test_a_written_part_lets_go_of_its_body_buffers_without_the_gc(
         assert layout.missing == []
         assert await read_all(cluster, layout) == data(size, 7)
         assert await cluster.delete_part(layout) == cluster.scheme.n
+
+
+async def test_an_upload_is_handed_whole_batches_not_each_segments_fragment(
+        config: ClusterConfig, monkeypatch) -> None:
+    """Each fragment queued wakes its upload's task: the writer gathers an archive's fragments
+    into SEND_BATCH batches first, so an 8 MiB part (8 segments) wakes each of its ten
+    uploads once for its bytes (and once for the end), not eight times."""
+    offered: list[int] = []
+    offer = writer.ArchiveUpload.offer
+
+    def counting(self, item):
+        offered.append(-1 if item is None else sum(map(len, item)))
+        return offer(self, item)
+
+    monkeypatch.setattr(writer.ArchiveUpload, "offer", counting)
+    async with ErasureCluster(config) as cluster:
+        size = 8 * MiB + 5000  # a short last segment: its batch goes with the end
+        layout = await put(cluster, "batches1.p1", size, 11)
+        alen = cluster.codec.archive_length(size)
+        n = cluster.scheme.n
+        assert offered.count(-1) == n
+        batches = [b for b in offered if b >= 0]
+        assert len(batches) == 2 * n, offered
+        assert sum(batches) == n * alen
+        assert min(batches[:n]) >= writer.SEND_BATCH
+        assert await read_all(cluster, layout) == data(size, 11)
 
 
 async def test_4k_range_fetches_only_what_it_needs(nodes: NodeCluster,

@@ -56,5 +56,27 @@ class RoleClock:
         return {k: b.get(k, 0.0) - a.get(k, 0.0) for k in set(a) | set(b)}
 
 
+def thread_times(pids: dict[int, str]) -> dict[str, tuple[float, float]]:
+    """User and system CPU seconds per `role:loop` (each process's main thread: the event
+    loop) and `role:threads` (its other threads: hashing, disk I/O), from
+    /proc/<pid>/task/<tid>/stat; `pids` maps a process to its role."""
+    out: dict[str, tuple[float, float]] = {}
+    for pid, role in pids.items():
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            fields = text[text.rindex(")") + 2:].split()
+            key = f"{role}:{'loop' if tid == str(pid) else 'threads'}"
+            user, system = out.get(key, (0.0, 0.0))
+            out[key] = (user + int(fields[11]) / TICK, system + int(fields[12]) / TICK)
+    return out
+
+
 def loadavg() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])

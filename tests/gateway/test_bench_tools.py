@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from bench.procstat import RoleClock, cpu_seconds
+from bench.procstat import RoleClock, cpu_seconds, thread_times
 from bench.promhist import quantiles, scrape
 from bench.reqtrace import TraceProxy, summarize
 
@@ -122,3 +122,34 @@ def test_role_clock_counts_the_cpu_a_process_spends() -> None:
     spent = clock.sample()["client"] - before
     assert spent >= 0.2
     assert cpu_seconds(2 ** 22 + 12345) is None  # no such process
+
+
+def test_thread_times_tell_the_main_thread_from_the_others() -> None:
+    """`bench parts` splits a process's CPU into its event loop (the main thread) and its
+    other threads: a busy helper thread must land in the second."""
+    roles = {os.getpid(): "me"}
+    before = thread_times(roles)
+
+    spun, leave = threading.Event(), threading.Event()
+
+    def spin() -> None:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.3:
+            hashlib.sha256(os.urandom(1 << 16)).digest()
+        spun.set()
+        leave.wait(30)  # a thread that ended is no longer in /proc/<pid>/task
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        assert spun.wait(30)
+        after = thread_times(roles)
+    finally:
+        leave.set()
+        t.join()
+    threads = sum(after["me:threads"]) - sum(before.get("me:threads", (0.0, 0.0)))
+    loop = sum(after["me:loop"]) - sum(before["me:loop"])
+    assert threads >= 0.2
+    assert loop < 0.2
+    assert thread_times({2 ** 22 + 12345: "gone"}) == {}
+

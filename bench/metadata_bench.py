@@ -39,6 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench.procstat import task_stats
+
 KiB = 1024
 WRITERS = 32
 CLIENT_THREADS = 8
@@ -172,15 +174,10 @@ def sched_ns(pids: list[int]) -> tuple[int, int, int]:
     load), and how many wake-ups / hand-offs it took (each one a wait on a loaded machine)."""
     run = wait = n = 0
     for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
+        for _tid, text in task_stats(pid, "schedstat"):
             try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    a, b, c = f.read().split()
-            except (OSError, ValueError):
+                a, b, c = text.split()
+            except ValueError:
                 continue
             run += int(a)
             wait += int(b)

@@ -4,7 +4,7 @@ thread; children's time is not counted, so a role's figure is its own processes'
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -56,21 +56,26 @@ class RoleClock:
         return {k: b.get(k, 0.0) - a.get(k, 0.0) for k in set(a) | set(b)}
 
 
+def task_stats(pid: int, name: str = "stat") -> Iterator[tuple[str, str]]:
+    """(thread id, text of /proc/<pid>/task/<tid>/<name>) for each live thread of pid."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            yield tid, Path(f"/proc/{pid}/task/{tid}/{name}").read_text()
+        except OSError:
+            continue
+
+
 def thread_times(pids: dict[int, str]) -> dict[str, tuple[float, float]]:
     """User and system CPU seconds per `role:loop` (each process's main thread: the event
     loop) and `role:threads` (its other threads: hashing, disk I/O), from
     /proc/<pid>/task/<tid>/stat; `pids` maps a process to its role."""
     out: dict[str, tuple[float, float]] = {}
     for pid, role in pids.items():
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-            except OSError:
-                continue
+        for tid, text in task_stats(pid):
             fields = text[text.rindex(")") + 2:].split()
             key = f"{role}:{'loop' if tid == str(pid) else 'threads'}"
             user, system = out.get(key, (0.0, 0.0))

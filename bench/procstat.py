@@ -10,15 +10,20 @@ from pathlib import Path
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+def _user_system(stat: str) -> tuple[float, float]:
+    """(utime, stime) in seconds from the text of a /proc .../stat file."""
+    # the command name (field 2) may hold spaces: split after its closing parenthesis
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
 def cpu_seconds(pid: int) -> float | None:
     """utime + stime of a live process, None when it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    # the command name (field 2) may hold spaces: split after its closing parenthesis
-    fields = text[text.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return sum(_user_system(text))
 
 
 def role_of(pid: int) -> str:
@@ -76,10 +81,10 @@ def thread_times(pids: dict[int, str]) -> dict[str, tuple[float, float]]:
     out: dict[str, tuple[float, float]] = {}
     for pid, role in pids.items():
         for tid, text in task_stats(pid):
-            fields = text[text.rindex(")") + 2:].split()
             key = f"{role}:{'loop' if tid == str(pid) else 'threads'}"
             user, system = out.get(key, (0.0, 0.0))
-            out[key] = (user + int(fields[11]) / TICK, system + int(fields[12]) / TICK)
+            u, s = _user_system(text)
+            out[key] = (user + u, system + s)
     return out
 
 

@@ -11,11 +11,11 @@ What it sends: the request head together with the body's first chunk, then each 
 body (bytes, or a list of buffers: the erasure writer's fragments) as one HTTP chunk in one
 writelines without joining it, then the last chunk; a chunk under HOLD_BELOW bytes goes out
 with the next one (or the end). After each chunk it waits while the socket's buffer is above
-its high-water mark (`stall` seconds at most without progress:
-TimeoutError). The node may answer before the body is complete (a refusal): sending stops, its
-answer is returned, and the connection is not reused. An error raised by the body (the writer
-gave the request up, or a body of the wrong length) aborts the connection, so the node commits
-nothing, and is raised as it is.
+its high-water mark (`stall` seconds at most without progress: TimeoutError). The node may
+answer before the body is complete (a refusal): sending stops, its answer is returned, and the
+connection is not reused. An error raised by the body (the writer gave the request up, or a
+body of the wrong length) aborts the connection, so the node commits nothing, and is raised as
+it is.
 """
 
 from __future__ import annotations

@@ -85,8 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--src", type=Path, help="run the cluster from this source tree")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
-    sizes = [int(x) * KiB for x in a.sizes.split(",")]
-    counts = [int(x) for x in a.parts.split(",")]
+    try:
+        sizes = [int(x) * KiB for x in a.sizes.split(",")]
+        counts = [int(x) for x in a.parts.split(",")]
+    except ValueError:
+        p.error("--sizes and --parts: comma-separated whole numbers")
     counts = counts * len(sizes) if len(counts) == 1 else counts
     if len(counts) != len(sizes) or min(counts) < a.threads or min(sizes) < 1:
         p.error("--parts: one count, or one per size, each at least --threads")

@@ -274,6 +274,38 @@ def test_unsigned_badly_signed_and_replayed_puts_are_refused(cluster):
     assert after[PUT_403] - before.get(PUT_403, 0) == 4
 
 
+def test_a_refused_put_whose_body_keeps_coming_is_not_reset_before_its_answer_is_read(cluster):
+    """A PUT refused at its head (another secret) whose client goes on writing a long body
+    without reading: the node drops some of it, then stops reading, so the client's writes
+    stall; a close with bytes unread would send a reset, and a client that writes before it
+    reads (the gateway's, under load) would lose the 403 to it. The node closes later."""
+    path = "/v1/records/refused-long"
+    query = {"nonce": secrets.token_hex(8)}
+    h = sign_headers("wrong", "PUT", path, query, None, node=NODE)
+    h.update({"X-ZG-Length": str(1 << 30), "X-ZG-Stream": "fast",
+              "Transfer-Encoding": "chunked"})
+    head = f"PUT {path}?nonce={query['nonce']} HTTP/1.1\r\nHost: x\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
+    chunk = b"100000\r\n" + bytes(1 << 20) + b"\r\n"
+    c = Conn(port_of(cluster))
+    try:
+        c.sock.sendall(head.encode())
+        c.sock.settimeout(0.5)
+        sent = 0
+        with pytest.raises(TimeoutError):  # not ConnectionResetError or BrokenPipeError
+            while sent < 1 << 30:
+                c.sock.sendall(chunk)
+                sent += len(chunk)
+        c.sock.settimeout(10)
+        status, headers, body = c.response()
+        assert status == 403 and headers["connection"] == "close"
+        assert json.loads(body)["error"] == "forbidden"
+        assert c.closed_by_peer()
+    finally:
+        c.close()
+    assert head_status(cluster, "refused-long") == 404
+
+
 def test_body_hash_mismatch_is_refused_and_nothing_stored(cluster):
     req = put_request("tampered", b"the signed payload", b"meta")
     status, headers, body = exchange(port_of(cluster), req.replace(b"signed", b"SIGNED"))

@@ -295,7 +295,7 @@ class LeanProtocol(asyncio.Protocol):
         elif mode == _LINGER:
             self._linger_left -= len(data)
             if self._linger_left <= 0:
-                self.close()
+                self.pause()  # closing with bytes unread would reset the answer away
 
     def eof_received(self) -> bool | None:
         # None lets the transport close; a body cut short then fails with "Connection lost" in
@@ -591,8 +591,10 @@ class LeanProtocol(asyncio.Protocol):
             transport.close()
 
     def _linger(self) -> None:
-        """Answered while the body still comes: drop what arrives (LINGER_BYTES at most, for
-        LINGER_SECONDS at most), then close."""
+        """Answered while the body still comes: drop what arrives (LINGER_BYTES at most, then
+        stop reading), and close after LINGER_SECONDS. A close with bytes unread sends a reset,
+        and a client still writing then loses the answer before it reads it: the pause stalls
+        its writes instead, so it waits, and reads the answer."""
         self._mode = _LINGER
         self._linger_left = LINGER_BYTES
         self._body = None

@@ -426,7 +426,9 @@ _SPLIT_ID = iter(range(10**9))
 
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(payload_size=st.integers(0, 300_000), meta_size=st.integers(0, 2000),
+@given(payload_size=st.one_of(st.integers(0, 300_000),
+                              st.integers((1 << 20) - 100, (2 << 20) + 100)),
+       meta_size=st.integers(0, 2000),
        chunk=st.one_of(st.none(), st.integers(1, 70_000)),
        cuts=st.lists(st.floats(0, 1), max_size=6))
 def test_requests_split_anywhere_across_reads(cluster, payload_size, meta_size, chunk, cuts):

@@ -25,11 +25,14 @@ def scrape(endpoint: str) -> dict[tuple[str, str, float], float]:
 
 def quantiles(a: dict[tuple[str, str, float], float], b: dict[tuple[str, str, float], float],
               name: str, op: str, qs: tuple[float, ...] = (0.5, 0.99)) -> dict[str, Any]:
-    """Count and the bucket-interpolated quantiles of `name{operation=op}` between scrapes."""
+    """Count and the bucket-interpolated quantiles of `name{operation=op}` between scrapes,
+    and the count over 1 s (exact: 1 s is a bucket bound, where an interpolated p99 between
+    two bounds says little)."""
     bounds = sorted(le for (n, o, le) in b if n == name and o == op)
     cum = [b[(name, op, le)] - a.get((name, op, le), 0.0) for le in bounds]
     total = cum[-1] if cum else 0.0
     out: dict[str, Any] = {"count": int(total)}
+    out["over_1s"] = int(total - cum[bounds.index(1.0)]) if 1.0 in bounds else None
     for q in qs:
         out[f"p{round(q * 100)}"] = _quantile(bounds, cum, q) if total else None
     return out

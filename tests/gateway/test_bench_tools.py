@@ -49,6 +49,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
             return
         else:
+            if self.path.startswith("/slow/"):
+                time.sleep(0.2)
             a, b = self.headers["Range"].split("=")[1].split("-")
             body = BODY[int(a):int(b) + 1]
         self.send_response(206 if self.path != "/metrics" else 200)
@@ -109,8 +111,9 @@ def test_quantiles_count_only_what_happened_between_scrapes(server: int) -> None
     assert q["count"] == 100
     assert 0.01 < q["p50"] <= 0.1  # in the (0.01, 0.1] bucket
     assert 0.01 < q["p99"] <= 0.1  # the 99th of 100 is still a fast one
+    assert q["over_1s"] == 1  # the one at 5 s after the first scrape
     up = quantiles(a, b, "zonegate_gateway_time_to_first_byte_seconds", "UploadPart")
-    assert up["count"] == 1 and 0.1 < up["p50"] <= 1.0
+    assert up["count"] == 1 and 0.1 < up["p50"] <= 1.0 and up["over_1s"] == 0
 
 
 def test_role_clock_counts_the_cpu_a_process_spends() -> None:
@@ -153,3 +156,21 @@ def test_thread_times_tell_the_main_thread_from_the_others() -> None:
     assert loop < 0.2
     assert thread_times({2 ** 22 + 12345: "gone"}) == {}
 
+
+
+def test_send_clock_tells_the_request_from_the_clients_work_before_it(server: int) -> None:
+    """`bench tails` times a request from botocore's before-send (what a client's first-response
+    timeout counts) apart from the whole call, which also holds the client's own work."""
+    import boto3
+    from botocore.config import Config
+
+    from bench.tails_bench import SendClock
+
+    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{server}", region_name="us-east-1",
+                      aws_access_key_id="a", aws_secret_access_key="b",
+                      config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+    sends = SendClock(s3, ("GetObject",))
+    s3.meta.events.register("before-sign.s3.GetObject", lambda **_: time.sleep(0.3))
+    r, call, request = sends.timed(lambda: s3.get_object(Bucket="slow", Key="k", Range="bytes=0-9"))
+    assert r["Body"].read() == BODY[:10]
+    assert 0.2 <= request < 0.45 and call >= request + 0.3, (call, request)

@@ -27,7 +27,7 @@ from erasure.layout import PartLayout, ScannedPart, archive_id, parse_archive_id
 from erasure.nodeclient import NodeError, RecordCorrupt, RecordReader
 from erasure.records import record_placed
 from erasure.rehome import off_home, rehome_part
-from erasure.writer import ArchiveUpload
+from erasure.writer import ArchiveUpload, Batches
 
 if TYPE_CHECKING:
     from erasure.cluster import ErasureCluster
@@ -282,6 +282,7 @@ async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[
                                 sort_keys=True).encode()
             s.start(archive_id(p.part_uid, i), alen, _stream_of(meta))
         order = sorted(targets)
+        batches = Batches(sinks, cluster.node_timeout)
         for seg in range(codec.segment_count(p.length)):
             fsize = codec.fragment_size(codec.segment_length(p.length, seg))
             frags = []
@@ -294,12 +295,12 @@ async def _rebuild_once(cluster: ErasureCluster, d: Damage, sources: list[tuple[
                 rebuilt = codec.reconstruct(frags, order)
             except CodecError as e:
                 raise _SourceFailed(readers[0][0], str(e), True) from e
-            by_index = {codec.fragment_index(f): f for f in rebuilt}
-            await asyncio.gather(*(s.feed([by_index[i]], cluster.node_timeout)
-                                   for i, s in sinks.items()))
+            by_index = {codec.fragment_index(f): [f] for f in rebuilt}
+            await batches.add(by_index)
             failed = [f"{i}: {_why(s)}" for i, s in sinks.items() if not s.alive]
             if failed:
                 raise RuntimeError(f"writing rebuilt fragments failed: {failed}")
+        await batches.flush()
         await asyncio.gather(*(s.feed(None, cluster.node_timeout) for s in sinks.values()))
         await asyncio.wait([s.task for s in sinks.values()])
         failed = [f"{i}: {_why(s)}" for i, s in sinks.items() if not s.alive]

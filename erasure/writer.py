@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import crc32c
@@ -109,27 +109,20 @@ class ArchiveUpload:
             self.replay.append(item)
 
     async def _body(self, att: _Attempt):
-        # Batches go out as lists of fragments: the node client writes a list as one HTTP
-        # chunk without joining it (a copy of every byte sent, see erasure/nodeput.py).
-        # a handed-off upload starts again
-        batch: list[Any] = [b for item in self.replay or () for b in item]
-        size = sum(map(len, batch))
+        # Each batch (`Batches`) goes out as a list of fragments: the node client writes a
+        # list as one HTTP chunk without joining it (a copy of every byte sent, see
+        # erasure/nodeput.py). A handed-off upload starts again with what it took so far.
+        for batch in list(self.replay or ()):
+            att.waiting_since = time.monotonic()
+            yield batch
+            self._went_on(att)
         while not self.ended:
             att.waiting_since = None  # waiting for the encoder, not for the node
-            item = await self.q.get()
-            if item is None:
+            batch = await self.q.get()
+            if batch is None:
                 self.ended = True
                 break
-            n = sum(map(len, item))
-            self._keep(item, n)
-            batch += item
-            size += n
-            if size >= SEND_BATCH:
-                att.waiting_since = time.monotonic()
-                yield batch
-                self._went_on(att)
-                batch, size = [], 0
-        if batch:
+            self._keep(batch, sum(map(len, batch)))
             att.waiting_since = time.monotonic()
             yield batch
             self._went_on(att)
@@ -288,8 +281,7 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
                               f"below the write quorum {cluster.write_quorum}: {errors}")
 
     total, crc = 0, 0
-    batches: dict[int, Fragment] = {i: [] for i in sinks}
-    pending = 0  # bytes of each archive in `batches`
+    batches = Batches(sinks, timeout)
     try:
         async for seg in segments(body, scheme.segment_size):
             total += len(seg)
@@ -300,23 +292,12 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
             frags = codec.encode_pieces(seg)
             cluster.stats["encode_seconds"] += time.perf_counter() - started
             cluster.stats["encode_bytes"] += len(seg)
-            # Fragments go to the uploads in batches of SEND_BATCH bytes (every archive gets
-            # as many bytes of a segment): an upload's task wakes once per batch, not once
-            # per segment.
-            for i, batch in batches.items():
-                batch += frags[i]
-            pending += sum(map(len, frags[0]))
-            if pending >= SEND_BATCH:
-                await _hand_over(sinks, batches, timeout)
-                batches, pending = {i: [] for i in sinks}, 0
-            else:
+            if not await batches.add(frags):
                 await asyncio.sleep(0)  # let the uploads and the hashing run between segments
             check_quorum()
         if total != length:
             raise ValueError(f"part body ended after {total} of its announced {length} bytes")
-        if pending:
-            await _hand_over(sinks, batches, timeout)
-        batches = {}
+        await batches.flush()
         result = PartResult(part_uid, length, crc, scheme)
         caller = meta(result)
         blobs = archive_metas(result, sinks, caller, stream)
@@ -355,15 +336,43 @@ async def write_part(cluster: ErasureCluster, part_uid: str, body: AsyncIterable
     return layout
 
 
-async def _hand_over(sinks: dict[int, ArchiveUpload], batches: dict[int, Fragment],
-                     stall: float) -> None:
-    """Queue each upload's batch; most find room at once: only the full queues need a
-    waiting task."""
-    full = [i for i, s in sinks.items() if not s.offer(batches[i])]
-    if full:
-        await asyncio.gather(*(sinks[i].feed(batches[i], stall) for i in full))
-    else:
-        await asyncio.sleep(0)
+class Batches:
+    """Each archive's fragments, gathered into batches of SEND_BATCH bytes that go to its
+    upload whole: an upload's task wakes once per batch, not once per segment (a 1 MiB
+    segment makes 128 KiB fragments with 8+2)."""
+
+    def __init__(self, sinks: dict[int, ArchiveUpload], stall: float) -> None:
+        self._sinks = sinks
+        self._stall = stall
+        self._batches: dict[int, Fragment] = {i: [] for i in sinks}
+        self._pending = 0  # bytes of each archive gathered
+
+    async def add(self, frags: Mapping[int, Fragment] | Sequence[Fragment]) -> bool:
+        """One segment's fragments (`frags[i]` for archive i; every archive gets as many
+        bytes): True when they went to the uploads with the batch they completed."""
+        if not self._batches:
+            return False
+        for i, batch in self._batches.items():
+            batch += frags[i]
+        self._pending += sum(map(len, frags[i]))
+        if self._pending < SEND_BATCH:
+            return False
+        await self.flush()
+        return True
+
+    async def flush(self) -> None:
+        """Hand over what is gathered. Most uploads find room at once: only the full queues
+        need a waiting task."""
+        if not self._pending:
+            return
+        batches, self._pending = self._batches, 0
+        self._batches = {i: [] for i in self._sinks}
+        sinks, stall = self._sinks, self._stall
+        full = [i for i, s in sinks.items() if not s.offer(batches[i])]
+        if full:
+            await asyncio.gather(*(sinks[i].feed(batches[i], stall) for i in full))
+        else:
+            await asyncio.sleep(0)
 
 
 def _watch_abandoned(cluster: ErasureCluster, part_uid: str, client: NodeClient,

@@ -387,6 +387,44 @@ async def test_an_upload_is_handed_whole_batches_not_each_segments_fragment(
         assert await read_all(cluster, layout) == data(size, 11)
 
 
+
+async def test_a_repair_hands_its_uploads_whole_batches_too(
+        config: ClusterConfig, monkeypatch) -> None:
+    """Rebuilt fragments go to their uploads the writer's way (`writer.Batches`): two lost
+    fragments of an 8 MiB part are rebuilt segment by segment, and each of their uploads is
+    handed two batches and the end, not a fragment per segment."""
+    from erasure.repair import heal
+
+    async with ErasureCluster(config, auto_repair=False) as cluster:
+        size = 8 * MiB + 5000
+        layout = await put(cluster, "batches2.p1", size, 12)
+        for i in (3, 7):
+            assert await cluster.clients[layout.placement[i]].delete(
+                archive_id("batches2.p1", i))
+        offered: list[int] = []
+        offer = writer.ArchiveUpload.offer
+
+        def counting(self, item):
+            offered.append(-1 if item is None else sum(map(len, item)))
+            return offer(self, item)
+
+        monkeypatch.setattr(writer.ArchiveUpload, "offer", counting)
+        written = await heal(cluster, layout, [3, 7])
+        assert sorted(written) == [3, 7]
+        alen = cluster.codec.archive_length(size)
+        assert offered.count(-1) == 2
+        batches = [b for b in offered if b >= 0]
+        assert len(batches) == 4 and sum(batches) == 2 * alen, offered
+        assert min(batches[:2]) >= writer.SEND_BATCH
+        monkeypatch.undo()
+        # the rebuilt fragments are right: read with two others gone, they are needed
+        for i in (0, 1):
+            assert await cluster.clients[layout.placement[i]].delete(
+                archive_id("batches2.p1", i))
+        layout = PartLayout(layout.part_uid, layout.length, layout.scheme,
+                            {**layout.placement, **written}, [0, 1], layout.crc32c)
+        assert await read_all(cluster, layout) == data(size, 12)
+
 async def test_4k_range_fetches_only_what_it_needs(nodes: NodeCluster,
                                                   config: ClusterConfig) -> None:
     async with ErasureCluster(config) as cluster:

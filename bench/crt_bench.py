@@ -9,7 +9,9 @@ phase also pays for freeing the objects it replaces.
 Reported per phase: MB/s, CPU seconds per GiB of the gateway processes, the node processes
 and the client (this process), from /proc. With `--src DIR` a second cluster runs from another
 source tree (the "before" of a change), phases interleaved run by run, the trees taking turns
-to go first: compare the ratios.
+to go first: compare the ratios. The second of a pair costs the nodes more (0.1-0.3 CPU-s/GiB:
+the first's writeback), so the summary's order-balanced difference averages current - before
+over the runs each tree went first, then between the two orders (`paired`).
 `--warm MIB` first PUTs that much through each cluster: the steady state (a fresh gateway
 worker's heap grows over its first GiBs, a page fault per 4 KiB).
 `--spy ROLE:PHASE` also records that role's processes with py-spy (if installed) during that
@@ -249,9 +251,38 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {phase} {name:7}: {statistics.median(r['mb_s'] for r in sel):6.0f} MB/s, "
                   + ", ".join(f"{k[4:]} {statistics.median(r[k] for r in sel):.2f}"
                               for k in keys) + f"; server {server:.2f} CPU-s/GiB")
+    if len(trees) == 2:
+        for phase in phases:
+            print(f"  {phase} current - before, order-balanced: " + ", ".join(
+                f"{role} {d:+.2f} (second of a pair {o:+.2f})"
+                for role in ("gateway", "node", "server")
+                for d, o in [paired(rows, phase, role)] if d is not None))
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
     return 0
+
+
+def paired(rows: list[dict[str, Any]], phase: str, role: str) -> tuple[float | None, float]:
+    """The current tree's CPU-s/GiB minus the before tree's in the same run, averaged over the
+    runs it went first and those it went second, then between the two (so that an odd number
+    of runs does not favour the tree that went first more often); and how much more the second
+    of a pair costs. None without runs in both orders."""
+    def cpu(r: dict[str, Any]) -> float:
+        if role == "server":
+            return r.get("cpu_gateway", 0.0) + r.get("cpu_node", 0.0)
+        return r.get(f"cpu_{role}", 0.0)
+    by_run: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r["phase"] == phase:
+            by_run.setdefault(r["run"], {})[r["tree"]] = cpu(r)
+    first = [v["current"] - v["before"] for run, v in by_run.items() if len(v) == 2
+             and run % 2 == 0]
+    second = [v["current"] - v["before"] for run, v in by_run.items() if len(v) == 2
+              and run % 2 == 1]
+    if not first or not second:
+        return None, 0.0
+    f, s = statistics.fmean(first), statistics.fmean(second)
+    return (f + s) / 2, (s - f) / 2
 
 
 if __name__ == "__main__":

@@ -174,3 +174,22 @@ def test_send_clock_tells_the_request_from_the_clients_work_before_it(server: in
     r, call, request = sends.timed(lambda: s3.get_object(Bucket="slow", Key="k", Range="bytes=0-9"))
     assert r["Body"].read() == BODY[:10]
     assert 0.2 <= request < 0.45 and call >= request + 0.3, (call, request)
+
+
+def test_crt_ab_difference_is_balanced_over_the_order_of_each_pair() -> None:
+    """With an odd number of runs one tree goes first more often, and the second of a pair
+    meets the first's writeback: the difference is averaged per order, then between orders."""
+    from bench.crt_bench import paired
+
+    rows = []
+    for run in range(5):
+        cur_first = run % 2 == 0
+        for tree, first in (("current", cur_first), ("before", not cur_first)):
+            node = (2.5 if tree == "current" else 2.6) + (0.0 if first else 0.2)
+            rows.append({"tree": tree, "run": run, "phase": "put", "cpu_gateway": 3.0,
+                         "cpu_node": node})
+    d, order = paired(rows, "put", "node")
+    assert round(d, 6) == -0.1 and round(order, 6) == 0.2
+    assert round(paired(rows, "put", "server")[0], 6) == -0.1
+    assert paired(rows, "get", "node") == (None, 0.0)
+    assert paired([r for r in rows if r["run"] % 2 == 0], "put", "node") == (None, 0.0)

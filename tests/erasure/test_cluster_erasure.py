@@ -366,6 +366,16 @@ async def test_an_upload_is_handed_whole_batches_not_each_segments_fragment(
     """Each fragment queued wakes its upload's task: the writer gathers an archive's fragments
     into SEND_BATCH batches first, so an 8 MiB part (8 segments) wakes each of its ten
     uploads once for its bytes (and once for the end), not eight times."""
+    offered = count_offers(monkeypatch)
+    async with ErasureCluster(config) as cluster:
+        size = 8 * MiB + 5000  # a short last segment: its batch goes with the end
+        layout = await put(cluster, "batches1.p1", size, 11)
+        check_two_batches_each(offered, cluster.scheme.n, cluster.codec.archive_length(size))
+        assert await read_all(cluster, layout) == data(size, 11)
+
+
+def count_offers(monkeypatch) -> list[int]:
+    """The bytes of each batch queued for an upload from now on (-1: its end)."""
     offered: list[int] = []
     offer = writer.ArchiveUpload.offer
 
@@ -374,18 +384,16 @@ async def test_an_upload_is_handed_whole_batches_not_each_segments_fragment(
         return offer(self, item)
 
     monkeypatch.setattr(writer.ArchiveUpload, "offer", counting)
-    async with ErasureCluster(config) as cluster:
-        size = 8 * MiB + 5000  # a short last segment: its batch goes with the end
-        layout = await put(cluster, "batches1.p1", size, 11)
-        alen = cluster.codec.archive_length(size)
-        n = cluster.scheme.n
-        assert offered.count(-1) == n
-        batches = [b for b in offered if b >= 0]
-        assert len(batches) == 2 * n, offered
-        assert sum(batches) == n * alen
-        assert min(batches[:n]) >= writer.SEND_BATCH
-        assert await read_all(cluster, layout) == data(size, 11)
+    return offered
 
+
+def check_two_batches_each(offered: list[int], uploads: int, archive_length: int) -> None:
+    """Each upload got a full batch, then the short rest, then its end."""
+    assert offered.count(-1) == uploads
+    batches = [b for b in offered if b >= 0]
+    assert len(batches) == 2 * uploads, offered
+    assert sum(batches) == uploads * archive_length
+    assert min(batches[:uploads]) >= writer.SEND_BATCH
 
 
 async def test_a_repair_hands_its_uploads_whole_batches_too(
@@ -401,21 +409,10 @@ async def test_a_repair_hands_its_uploads_whole_batches_too(
         for i in (3, 7):
             assert await cluster.clients[layout.placement[i]].delete(
                 archive_id("batches2.p1", i))
-        offered: list[int] = []
-        offer = writer.ArchiveUpload.offer
-
-        def counting(self, item):
-            offered.append(-1 if item is None else sum(map(len, item)))
-            return offer(self, item)
-
-        monkeypatch.setattr(writer.ArchiveUpload, "offer", counting)
+        offered = count_offers(monkeypatch)
         written = await heal(cluster, layout, [3, 7])
         assert sorted(written) == [3, 7]
-        alen = cluster.codec.archive_length(size)
-        assert offered.count(-1) == 2
-        batches = [b for b in offered if b >= 0]
-        assert len(batches) == 4 and sum(batches) == 2 * alen, offered
-        assert min(batches[:2]) >= writer.SEND_BATCH
+        check_two_batches_each(offered, 2, cluster.codec.archive_length(size))
         monkeypatch.undo()
         # the rebuilt fragments are right: read with two others gone, they are needed
         for i in (0, 1):

@@ -82,8 +82,9 @@ MAX_PENDING = 64 * 1024  # bytes of a next request buffered while a PUT is being
 HIGH_WATER = 2 * CHUNK  # body bytes buffered before the socket is paused
 KEEPALIVE_TIMEOUT = 75.0  # aiohttp's: an idle keep-alive connection is closed after this
 # After an answer given before the body was read (a 507, a refusal), the rest of the body is
-# read and dropped for a while before the connection closes (a "lingering close"): closed
-# with unread bytes, the kernel resets it, and a client still sending never reads the answer.
+# read and dropped (then no longer read) for a while before the connection closes (a
+# "lingering close"): closed with unread bytes, the kernel resets it, and a client still
+# sending never reads the answer.
 LINGER_BYTES = 8 * 1024 * 1024
 LINGER_SECONDS = 2.0
 _REASONS = {s.value: s.phrase for s in HTTPStatus}

@@ -46,7 +46,6 @@ so the copy would only move.
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import logging
 import socket
@@ -59,9 +58,9 @@ from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 
 from zonestore.logsetup import take_request_id
-from zonestore.node.body import CHUNK
 from zonestore.node.errors import error_body, refusal
 from zonestore.node.handlers import put_params, store_put
+from zonestore.node.leanbody import HIGH_WATER, LeanBody
 from zonestore.node.leanhead import (
     CHUNK_SIZE_RE,
     MAX_HEADERS,
@@ -79,7 +78,6 @@ log = logging.getLogger("zonestore.node")
 
 MAX_HEAD = 64 * 1024  # a head not complete within this goes to aiohttp (which may refuse it)
 MAX_PENDING = 64 * 1024  # bytes of a next request buffered while a PUT is being answered
-HIGH_WATER = 2 * CHUNK  # body bytes buffered before the socket is paused
 KEEPALIVE_TIMEOUT = 75.0  # aiohttp's: an idle keep-alive connection is closed after this
 # After an answer given before the body was read (a 507, a refusal), the rest of the body is
 # read and dropped (then no longer read) for a while before the connection closes (a
@@ -98,74 +96,6 @@ _C_SIZE, _C_DATA, _C_CRLF, _C_TRAILER = range(4)
 
 class BodyFramingError(ValueError):
     """The chunked framing of a body broke after its head was accepted."""
-
-
-class _Body:
-    """One request's body between the protocol (`feed`) and `PutBody` (`read`). `read(n)`
-    waits until n bytes (or the end) are buffered, so that the handler wakes once per record
-    chunk rather than once per socket read."""
-
-    __slots__ = ("_exc", "_pieces", "_proto", "_waiter", "_want", "complete", "size")
-
-    def __init__(self, proto: LeanProtocol) -> None:
-        self._proto = proto
-        self._pieces: collections.deque[bytes | memoryview] = collections.deque()
-        self.size = 0
-        self.complete = False  # the whole body has arrived
-        self._exc: BaseException | None = None
-        self._waiter: asyncio.Future | None = None
-        self._want = 0
-
-    def feed(self, piece: bytes | memoryview) -> None:
-        self._pieces.append(piece)
-        self.size += len(piece)
-        if self._waiter is not None and self.size >= self._want:
-            self._wake()
-        if self.size >= HIGH_WATER:
-            self._proto.pause()
-
-    def feed_eof(self) -> None:
-        self.complete = True
-        self._wake()
-
-    def set_exception(self, exc: BaseException) -> None:
-        self._exc = exc
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def read(self, n: int) -> bytes:
-        while self._exc is None and not self.complete and self.size < min(n, HIGH_WATER):
-            self._want = min(n, HIGH_WATER)
-            self._proto.resume()
-            self._waiter = self._proto.loop.create_future()
-            await self._waiter
-        if not self.size:  # what arrived before a failure is still read first, as on aiohttp
-            if self._exc is not None:
-                raise self._exc
-            return b""
-        pieces = self._pieces
-        out: list[bytes | memoryview] = []
-        need = n
-        while need and pieces:
-            p = pieces[0]
-            if len(p) <= need:
-                out.append(pieces.popleft())
-                need -= len(p)
-            else:
-                view = p if type(p) is memoryview else memoryview(p)
-                out.append(view[:need])
-                pieces[0] = view[need:]
-                need = 0
-        # One join per record chunk: the zone log takes the bytes as they are.
-        got = out[0] if len(out) == 1 and type(out[0]) is bytes else b"".join(out)
-        self.size -= len(got)
-        if self.size < HIGH_WATER:
-            self._proto.resume()
-        return got
 
 
 class Delegate:
@@ -226,7 +156,7 @@ class LeanProtocol(asyncio.Protocol):
         self._mode = _HEAD
         self._buf = bytearray()  # an incomplete head, or bytes after the current request
         self._req: LeanRequest | None = None
-        self._body: _Body | None = None
+        self._body: LeanBody | None = None
         self._chunked = False
         self._remaining = 0  # body bytes still to come (Content-Length) or in this chunk
         self._cstate = _C_SIZE
@@ -371,7 +301,7 @@ class LeanProtocol(asyncio.Protocol):
             self._hand_off(data)
             return
         self._req = req
-        self._body = req.body = _Body(self)
+        self._body = req.body = LeanBody(self)
         self._chunked = req.declared is None
         self._remaining = req.declared or 0
         self._cstate = _C_SIZE

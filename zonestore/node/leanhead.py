@@ -41,7 +41,7 @@ class LeanRequest:
         self.headers = headers
         self.declared = declared  # Content-Length, None if chunked
         self.keep_alive = keep_alive
-        self.body: Any = None  # fastput._Body, once the head is accepted
+        self.body: Any = None  # a leanbody.LeanBody, once the head is accepted
 
 
 def parse_head(head: bytes) -> LeanRequest | int | None:

@@ -354,7 +354,7 @@ class Batches:
             return False
         for i, batch in self._batches.items():
             batch += frags[i]
-        self._pending += sum(map(len, frags[i]))
+        self._pending += sum(map(len, frags[i]))  # the same for every archive
         if self._pending < SEND_BATCH:
             return False
         await self.flush()

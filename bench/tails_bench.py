@@ -85,21 +85,21 @@ def phase(cluster: Any, clock: RoleClock, name: str, op: str, conc: int, nbytes:
     cpu = RoleClock.delta(c0, clock.sample())
     after = scrape(cluster.endpoint)
     out: dict[str, Any] = {"phase": name, "concurrency": conc,
-                           "client": stats([r for _, r in lat]),
+                           "request": stats([r for _, r in lat]),
                            "call": stats([c for c, _ in lat]),
                            "mbps": nbytes / wall / 1e6, "loadavg": loadavg()}
     out["gateway_ttfb"] = quantiles(before, after, "zonegate_gateway_time_to_first_byte_seconds",
                                     op)
     for role in ("gateway", "node"):
         out[f"cpu_{role}"] = cpu.get(role, 0.0) / (nbytes / GiB)
-    c, k, g = out["client"], out["call"], out["gateway_ttfb"]
+    c, k, g = out["request"], out["call"], out["gateway_ttfb"]
     say(f"  {name:6s} C={conc:2d}: request p50 {c['p50'] * 1000:5.0f} ms p99 "
         f"{c['p99'] * 1000:5.0f} ms max {c['max'] * 1000:5.0f} ms, {c['over_1s']} of "
         f"{c['n']} over 1 s; call p50 {k['p50'] * 1000:5.0f} p99 {k['p99'] * 1000:5.0f} max "
         f"{k['max'] * 1000:5.0f} ms, {k['over_1s']} over 1 s; "
         f"gateway ttfb p50 {(g['p50'] or 0) * 1000:5.0f} ms p99 {(g['p99'] or 0) * 1000:5.0f} "
-        f"ms, {g['over_1s']} over 1 s; {out['mbps']:6.1f} MB/s; CPU-s/GiB gw {out['cpu_gateway']:.2f} nodes "
-        f"{out['cpu_node']:.2f} (load {out['loadavg']:.1f})")
+        f"ms, {g['over_1s']} over 1 s; {out['mbps']:6.1f} MB/s; CPU-s/GiB gw "
+        f"{out['cpu_gateway']:.2f} nodes {out['cpu_node']:.2f} (load {out['loadavg']:.1f})")
     return out
 
 

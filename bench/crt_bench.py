@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                             s.send_signal(2)
                             s.wait()
                         row = {"tree": name, "run": run, "phase": phase,
+                               "first": name == order[0][0],
                                "mb_s": n * len(blob) / wall / 1e6,
                                **{f"cpu_{k}": v / gib for k, v in d.items()}}
                         rows.append(row)
@@ -272,13 +273,15 @@ def paired(rows: list[dict[str, Any]], phase: str, role: str) -> tuple[float | N
             return r.get("cpu_gateway", 0.0) + r.get("cpu_node", 0.0)
         return r.get(f"cpu_{role}", 0.0)
     by_run: dict[int, dict[str, float]] = {}
+    current_first: dict[int, bool] = {}
     for r in rows:
         if r["phase"] == phase:
             by_run.setdefault(r["run"], {})[r["tree"]] = cpu(r)
-    first = [v["current"] - v["before"] for run, v in by_run.items() if len(v) == 2
-             and run % 2 == 0]
-    second = [v["current"] - v["before"] for run, v in by_run.items() if len(v) == 2
-              and run % 2 == 1]
+            if r["tree"] == "current":
+                current_first[r["run"]] = r["first"]
+    diffs = {run: v["current"] - v["before"] for run, v in by_run.items() if len(v) == 2}
+    first = [d for run, d in diffs.items() if current_first[run]]
+    second = [d for run, d in diffs.items() if not current_first[run]]
     if not first or not second:
         return None, 0.0
     f, s = statistics.fmean(first), statistics.fmean(second)

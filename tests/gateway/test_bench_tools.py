@@ -186,8 +186,8 @@ def test_crt_ab_difference_is_balanced_over_the_order_of_each_pair() -> None:
         cur_first = run % 2 == 0
         for tree, first in (("current", cur_first), ("before", not cur_first)):
             node = (2.5 if tree == "current" else 2.6) + (0.0 if first else 0.2)
-            rows.append({"tree": tree, "run": run, "phase": "put", "cpu_gateway": 3.0,
-                         "cpu_node": node})
+            rows.append({"tree": tree, "run": run, "phase": "put", "first": first,
+                         "cpu_gateway": 3.0, "cpu_node": node})
     d, order = paired(rows, "put", "node")
     assert round(d, 6) == -0.1 and round(order, 6) == 0.2
     assert round(paired(rows, "put", "server")[0], 6) == -0.1

@@ -1,7 +1,8 @@
 """The node client's streamed PUT (erasure/nodeput.py over nodeget's lean connections), against
 a real node: body items that are lists of buffers (the erasure writer's batches of fragments)
 go out as one HTTP chunk each, in one writelines with nothing joined (a small one with what
-follows it), the request head with the first of them; the node stores exactly their concatenation and the metadata blob after them;
+follows it), the request head with the first of them; the node stores exactly their
+concatenation and the metadata blob after them;
 one keep-alive connection serves PUT after PUT; a node that refuses a request before its body
 is in is heard at once, and that connection is not used again."""
 

@@ -157,7 +157,6 @@ def test_thread_times_tell_the_main_thread_from_the_others() -> None:
     assert thread_times({2 ** 22 + 12345: "gone"}) == {}
 
 
-
 def test_send_clock_tells_the_request_from_the_clients_work_before_it(server: int) -> None:
     """`bench tails` times a request from botocore's before-send (what a client's first-response
     timeout counts) apart from the whole call, which also holds the client's own work."""

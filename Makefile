@@ -3,9 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # Two installs: `make run` needs the runtime and the aws cli of the README (the `cli` extra);
-# `make test` adds the test extra on top. Each stamp is redone when pyproject.toml changes.
+# `make test` adds the test extra on top. Each stamp is redone when pyproject.toml changes, or
+# the one compiled module (setup.py: multi-buffer MD5).
 RUN_STAMP  := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
+NATIVE     := setup.py gateway/s3/md5lanes.c gateway/s3/md5lanes_x8.h
 
 # Server processes: glibc's default trim/mmap thresholds make CPython regrow its heap for every
 # large buffer; these settings were measured to matter 2-12x (shared/notes/performance.md).
@@ -17,7 +19,7 @@ export MALLOC_MMAP_THRESHOLD_ ?= 268435456
 
 venv: $(TEST_STAMP)
 
-$(RUN_STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml $(NATIVE)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[cli]'

@@ -1,0 +1,156 @@
+"""MD5 of many streams in vector lanes (gateway/s3/md5lanes.c, .py): every kernel and every
+chunking give hashlib's digest, and concurrent streams share kernel calls."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import struct
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.s3 import checksums, md5lanes
+
+pytestmark = pytest.mark.skipif(md5lanes._md5lanes is None,
+                                reason="gateway/s3/_md5lanes is not built (no C compiler)")
+_IV = struct.pack("<4I", 0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476)
+
+
+def _padded(msg: bytes) -> bytes:
+    return msg + b"\x80" + bytes(-(len(msg) + 9) % 64) + struct.pack("<Q", 8 * len(msg))
+
+
+def _kernels() -> list[str]:
+    isa = md5lanes.lanes_isa()
+    return ["scalar"] + (["avx2"] if isa in ("avx2", "avx512") else []) + \
+        (["avx512"] if isa == "avx512" else [])
+
+
+@pytest.mark.parametrize("kernel", _kernels())
+@pytest.mark.parametrize("lanes", [1, 2, 3, 5, 8])
+def test_every_kernel_gives_hashlibs_digest_for_one_to_eight_streams(kernel: str,
+                                                                     lanes: int) -> None:
+    msgs = [os.urandom(64 * 37 + 13 * i) for i in range(lanes)]
+    padded = [_padded(m) for m in msgs]
+    states = [bytearray(_IV) for _ in msgs]
+    common = min(len(p) for p in padded) // 64
+    md5lanes._md5lanes.blocks(states, padded, common, kernel)
+    for s, p in zip(states, padded, strict=True):
+        rest = len(p) // 64 - common
+        md5lanes._md5lanes.blocks([s], [memoryview(p)[64 * common:]], rest, kernel)
+    assert [bytes(s) for s in states] == [hashlib.md5(m).digest() for m in msgs]
+
+
+def test_the_kernel_refuses_what_it_cannot_hash() -> None:
+    blocks = md5lanes._md5lanes.blocks
+    with pytest.raises(ValueError):
+        blocks([bytearray(16)], [bytes(63)], 1)  # less data than blocks
+    with pytest.raises(ValueError):
+        blocks([bytearray(15)], [bytes(64)], 1)  # not a state
+    with pytest.raises(ValueError):
+        blocks([bytearray(16)] * 9, [bytes(64)] * 9, 1)  # more streams than lanes
+    with pytest.raises(BufferError):
+        blocks([bytes(16)], [bytes(64)], 1)  # a state it cannot write
+    with pytest.raises(ValueError):
+        blocks([bytearray(16)], [bytes(64)], 1, "neon")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.binary(max_size=3000) | st.integers(60_000, 300_000).map(os.urandom),
+                         min_size=1, max_size=4), max_size=5))
+def test_a_lane_md5_fed_any_chunking_gives_hashlibs_digest(batches: list[list[bytes]]) -> None:
+    h, ref = md5lanes.LaneMd5(), hashlib.md5()
+    for i, batch in enumerate(batches):
+        if i % 2:
+            h.update_many(batch)
+        else:
+            for c in batch:
+                h.update(memoryview(c))
+        for c in batch:
+            ref.update(c)
+        assert h.copy().hexdigest() == ref.hexdigest()
+    assert h.digest() == ref.digest()
+
+
+def test_streams_hashed_from_many_threads_each_get_their_own_digest() -> None:
+    sizes = [1, 63, 64, 65, 4096, 65_536, 300_001, 1 << 20]
+    results: dict[int, bool] = {}
+
+    def stream(i: int) -> None:
+        h, ref = md5lanes.LaneMd5(), hashlib.md5()
+        for k in range(24):
+            chunks = [os.urandom(sizes[(i + k + j) % len(sizes)]) for j in range(1 + k % 3)]
+            h.update_many(chunks)
+            for c in chunks:
+                ref.update(c)
+        results[i] = h.hexdigest() == ref.hexdigest()
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {i: True for i in range(12)}
+
+
+def test_streams_waiting_together_share_the_kernels_calls() -> None:
+    """What saves the CPU: four streams hashed at once go through the lanes together (with
+    one call per stream, calls == streams advanced)."""
+    data = os.urandom(1 << 20)
+    for _ in range(5):  # a loaded machine may run the threads one after the other: retry
+        calls, lanes = md5lanes.lanes_used()
+        start = threading.Barrier(4)
+
+        def stream() -> None:
+            h = md5lanes.LaneMd5()
+            start.wait()
+            for _ in range(8):
+                h.update(data)
+            assert h.digest() == hashlib.md5(data * 8).digest()
+
+        threads = [threading.Thread(target=stream) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        calls2, lanes2 = md5lanes.lanes_used()
+        if lanes2 - lanes > 1.5 * (calls2 - calls):
+            return
+    pytest.fail(f"streams never shared the lanes: {calls2 - calls} calls, {lanes2 - lanes} lanes")
+
+
+async def test_threaded_hashers_hand_a_lane_md5_each_batch_whole() -> None:
+    h, crc = md5lanes.LaneMd5(), checksums.new_hasher("CRC32")
+    feeder = checksums.ThreadedHashers([h, crc])
+    chunks = [os.urandom(n) for n in (100, 70_000, 200_000, 5, 1 << 20, 33)]
+    for c in chunks:
+        await feeder.feed(c)
+    await feeder.finish()
+    whole = b"".join(chunks)
+    assert h.digest() == hashlib.md5(whole).digest()
+    assert crc.b64() == checksums.checksum_b64("CRC32", whole)
+
+
+def test_without_the_extension_new_md5_is_hashlibs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(md5lanes, "_md5lanes", None)
+    h = md5lanes.new_md5()
+    assert type(h) is type(hashlib.md5())
+    assert md5lanes.lanes_isa() == "none"
+    assert md5lanes.md5_of(b"abc").hexdigest() == hashlib.md5(b"abc").hexdigest()
+
+
+def test_the_event_loop_hashes_small_updates_itself() -> None:
+    """Under INLINE_BYTES the calling thread hashes: the event loop never waits for the lanes."""
+    calls, _ = md5lanes.lanes_used()
+
+    async def small() -> str:
+        h = md5lanes.LaneMd5()
+        h.update(os.urandom(md5lanes.INLINE_BYTES - 64))
+        return h.hexdigest()
+
+    asyncio.run(small())
+    assert md5lanes.lanes_used()[0] == calls

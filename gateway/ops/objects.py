@@ -4,7 +4,6 @@ HeadObject. DeleteObject and DeleteObjects are in gateway/ops/versioning.py."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import re
@@ -37,6 +36,7 @@ from gateway.ops.lifecycle import expiration_headers, tag_and_expiry_headers
 from gateway.ops.tagging import request_tags
 from gateway.s3 import checksums
 from gateway.s3.errors import S3Error
+from gateway.s3.md5lanes import md5_of
 from gateway.s3.numbers import parse_uint, shown
 from gateway.store.ssekeys import visible
 from gateway.store.storage import COALESCE, MANIFEST_PART, new_version, part_uid
@@ -215,7 +215,7 @@ async def write_streamed(req: S3Request, rec: ObjectRecord, body: Any,
     try:
         while True:
             n = len(parts) + 1
-            etag = (await asyncio.to_thread(hashlib.md5, data)).hexdigest()
+            etag = (await asyncio.to_thread(md5_of, data)).hexdigest()
             size = len(data)
             uid = part_uid(rec.version, n)
             src: Any = _one(data)

@@ -216,8 +216,12 @@ def etag_from_md5(md5_digest: bytes) -> str:
 
 def _update_all(hashers: Sequence[Hasher], chunks: Sequence[bytes]) -> None:
     for h in hashers:
-        for c in chunks:
-            h.update(c)
+        many = getattr(h, "update_many", None)
+        if many is not None:
+            many(chunks)  # md5lanes.LaneMd5: one hand-off to its hashing thread for the batch
+        else:
+            for c in chunks:
+                h.update(c)
 
 
 class ThreadedHashers:

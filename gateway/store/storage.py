@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable
@@ -25,6 +24,7 @@ from typing import Any
 from erasure.codec import segments
 from gateway.s3 import checksums
 from gateway.s3.errors import S3Error
+from gateway.s3.md5lanes import new_md5
 from gateway.store.deletemarkers import BATCH_PREFIX
 from gateway.store.deletemarkers import settle as settle_batch
 from gateway.store.records import FAILED_WRITE_DELAY, layout_to_dict
@@ -62,7 +62,7 @@ class CopyBody:
         self.expected_size: int | None = length
         self.size = 0
         self.checksum_algorithm = checksum_algorithm or None
-        self._md5 = hashlib.md5()
+        self._md5 = new_md5()
         self._ck = checksums.new_hasher(checksum_algorithm) if checksum_algorithm else None
         self.md5_digest: bytes | None = None
         self.checksum: str | None = None

@@ -25,6 +25,7 @@ from gateway.s3 import checksums
 from gateway.s3.auth.chunked import AwsChunkedDecoder
 from gateway.s3.auth.common import AuthResult, Headers, first, lower_headers
 from gateway.s3.errors import S3Error
+from gateway.s3.md5lanes import new_md5
 from gateway.s3.numbers import parse_uint, shown
 
 
@@ -147,7 +148,7 @@ class RequestBody:
                           MaxSizeAllowed=max_size)
 
         hashers: list[checksums.Hasher] = []
-        self._md5 = hashlib.md5() if (md5 or self._content_md5 is not None) else None
+        self._md5 = new_md5() if (md5 or self._content_md5 is not None) else None
         if self._md5 is not None:
             hashers.append(self._md5)
         self._sha256 = hashlib.sha256() if auth.payload_sha256 is not None else None

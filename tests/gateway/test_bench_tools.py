@@ -192,3 +192,24 @@ def test_crt_ab_difference_is_balanced_over_the_order_of_each_pair() -> None:
     assert round(paired(rows, "put", "server")[0], 6) == -0.1
     assert paired(rows, "get", "node") == (None, 0.0)
     assert paired([r for r in rows if r["run"] % 2 == 0], "put", "node") == (None, 0.0)
+
+
+def test_md5_bench_times_the_same_work_through_hashlib_and_the_lanes() -> None:
+    from bench.md5_bench import BATCH, one_run
+    from gateway.s3 import md5lanes
+
+    made: list[object] = []
+
+    def counted(make):  # noqa: ANN001, ANN202 - a factory that records each hasher
+        def new():  # noqa: ANN202
+            h = make()
+            made.append(h)
+            return h
+        return new
+
+    data = os.urandom(BATCH)
+    for make in (hashlib.md5, md5lanes.LaneMd5):
+        made.clear()
+        cpu, mbs = one_run(counted(make), 3, 1, 2, data)
+        assert len(made) == 3 * 2 and cpu > 0 and mbs > 0
+        assert {h.hexdigest() for h in made} == {hashlib.md5(data * 4).hexdigest()}

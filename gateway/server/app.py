@@ -33,6 +33,7 @@ from gateway.ops.common import S3Request, new_request_id
 from gateway.s3 import amzheaders, auth
 from gateway.s3.addressing import Target, parse_query, request_target
 from gateway.s3.errors import S3Error, error_xml
+from gateway.s3.md5lanes import lanes_isa
 from gateway.server.health import install as install_operations
 from gateway.server.routes import route
 from gateway.server.users import UserDirectory
@@ -106,6 +107,9 @@ class Gateway:
         self._kick.set()
 
     async def start(self) -> None:
+        if lanes_isa() == "none":
+            log.warning("gateway/s3/_md5lanes is not built (no C compiler at install): ETag "
+                        "MD5s use hashlib, up to 4x the CPU with several uploads at once")
         await self.store.start()
         await self._import_state_dir()
         self.storage.wake = self.kick_sweeper  # a node's return finishes deletions at once

@@ -105,14 +105,14 @@ def test_streams_waiting_together_share_the_kernels_calls() -> None:
         calls, lanes = md5lanes.lanes_used()
         start = threading.Barrier(4)
 
-        def stream() -> None:
+        def stream(start: threading.Barrier) -> None:
             h = md5lanes.LaneMd5()
             start.wait()
             for _ in range(8):
                 h.update(data)
             assert h.digest() == hashlib.md5(data * 8).digest()
 
-        threads = [threading.Thread(target=stream) for _ in range(4)]
+        threads = [threading.Thread(target=stream, args=(start,)) for _ in range(4)]
         for t in threads:
             t.start()
         for t in threads:
@@ -154,3 +154,27 @@ def test_the_event_loop_hashes_small_updates_itself() -> None:
 
     asyncio.run(small())
     assert md5lanes.lanes_used()[0] == calls
+
+
+def test_a_gateway_without_the_lanes_says_so_at_start(monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    from gateway.server import app as appmod
+
+    class Stop(Exception):
+        pass
+
+    class Store:  # the start goes no further than the metadata store
+        async def start(self) -> None:
+            raise Stop
+
+    gateway = object.__new__(appmod.Gateway)
+    gateway.store = Store()
+    monkeypatch.setattr(appmod, "lanes_isa", lambda: "none")
+    with pytest.raises(Stop):
+        asyncio.run(gateway.start())
+    assert "_md5lanes is not built" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(appmod, "lanes_isa", lambda: "avx2")
+    with pytest.raises(Stop):
+        asyncio.run(gateway.start())
+    assert "_md5lanes" not in caplog.text

@@ -1,7 +1,7 @@
 """MD5 for ETags, many streams at once: `new_md5()` gives a hashlib.md5-like hasher whose large
 updates are hashed together with every other stream's waiting at the same time, one per 32-bit
 lane of a vector register (md5lanes.c: up to 8 streams for about the CPU of one). Updates
-under `INLINE_BYTES` are hashed at once in the calling thread. Without the compiled
+of up to `INLINE_BYTES` are hashed at once in the calling thread. Without the compiled
 extension, `new_md5` is hashlib.md5.
 """
 
@@ -144,7 +144,7 @@ class LaneMd5:
         self._tail = bytes(memoryview(data)[64 * n:])
         if not n:
             return
-        if 64 * n < INLINE_BYTES:
+        if 64 * n <= INLINE_BYTES:  # ThreadedHashers.finish: under 64 KiB + a tail
             _md5lanes.blocks([self._state], [data], n)
         else:
             _LANES.run(_Job(self._state, memoryview(data).cast("B"), n))

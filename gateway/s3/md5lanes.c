@@ -149,8 +149,12 @@ static PyObject *blocks(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(states);
-    if (n != PyList_GET_SIZE(datas) || n > LANES || nblocks < 0) {
-        PyErr_SetString(PyExc_ValueError, "up to 8 states, one data buffer each");
+    if (n != PyList_GET_SIZE(datas) || n < 1 || n > LANES) {
+        PyErr_SetString(PyExc_ValueError, "1 to 8 states, one data buffer each");
+        return NULL;
+    }
+    if (nblocks < 0 || nblocks > PY_SSIZE_T_MAX / 64) {
+        PyErr_SetString(PyExc_ValueError, "nblocks out of range");
         return NULL;
     }
     Py_buffer sb[LANES], db[LANES], stop = {0};

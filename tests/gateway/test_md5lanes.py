@@ -57,6 +57,12 @@ def test_the_kernel_refuses_what_it_cannot_hash() -> None:
         blocks([bytes(16)], [bytes(64)], 1)  # a state it cannot write
     with pytest.raises(ValueError):
         blocks([bytearray(16)], [bytes(64)], 1, "neon")
+    with pytest.raises(ValueError):
+        blocks([], [], 1)  # no stream
+    with pytest.raises(ValueError):
+        blocks([bytearray(16)], [bytes(64)], 1 << 58)  # bytes past what a size can say
+    with pytest.raises(ValueError):
+        blocks([bytearray(16)], [bytes(64)], -1)
 
 
 @settings(max_examples=60, deadline=None)

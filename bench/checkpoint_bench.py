@@ -71,24 +71,28 @@ def shapes(nbytes: int) -> list[tuple[str, tuple[int, ...]]]:
     return out
 
 
-def make_state(nbytes: int, device: str, fill: bool) -> dict[str, Any]:
-    """The training state; random values when `fill`, zeros (a load's target) otherwise."""
+def make_state(nbytes: int, device: str) -> dict[str, Any]:
+    """The training state, random values of about `nbytes`."""
     import torch
     gen = torch.Generator().manual_seed(1234)
     model: dict[str, Any] = {}
     optim: dict[str, dict[str, Any]] = {"master": {}, "exp_avg": {}, "exp_avg_sq": {}}
     for name, shape in shapes(nbytes):
-        if fill:
-            master = torch.randn(shape, generator=gen, dtype=torch.float32)
-            model[name] = master.to(torch.bfloat16).to(device)
-            optim["master"][name] = master.to(device)
-            optim["exp_avg"][name] = (torch.randn(shape, generator=gen) * 1e-3).to(device)
-            optim["exp_avg_sq"][name] = torch.rand(shape, generator=gen).to(device) * 1e-6
-        else:
-            model[name] = torch.zeros(shape, dtype=torch.bfloat16, device=device)
-            for k in optim:
-                optim[k][name] = torch.zeros(shape, dtype=torch.float32, device=device)
+        master = torch.randn(shape, generator=gen, dtype=torch.float32)
+        model[name] = master.to(torch.bfloat16).to(device)
+        optim["master"][name] = master.to(device)
+        optim["exp_avg"][name] = (torch.randn(shape, generator=gen) * 1e-3).to(device)
+        optim["exp_avg_sq"][name] = torch.rand(shape, generator=gen).to(device) * 1e-6
     return {"model": model, "optim": optim}
+
+
+def zeros_like_state(state: Any) -> Any:
+    """A load's target: zeros of the saved state's shapes (sizing it again from the byte count
+    rounds to other shapes, which DCP refuses)."""
+    import torch
+    if isinstance(state, dict):
+        return {k: zeros_like_state(v) for k, v in state.items()}
+    return torch.zeros_like(state)
 
 
 def state_bytes(state: dict[str, Any]) -> int:
@@ -248,7 +252,7 @@ def one(target: Target, state: dict[str, Any], clock: RoleClock, device: str, ru
     ckpt = f"{target.name}-{run}-{int(time.time() * 1000)}"
     save_s, save_cpu = timed(clock, lambda: dcp.save(state, storage_writer=target.writer(ckpt)))
     target.before_load(ckpt)
-    fresh = make_state(nbytes, device, fill=False)
+    fresh = zeros_like_state(state)
     load_s, load_cpu = timed(clock, lambda: dcp.load(fresh, storage_reader=target.reader(ckpt)))
     exact = same_bytes(state, fresh)
     target.remove(ckpt)
@@ -354,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         say("checkpoint: this torch has no fsspec DCP writer/reader: s3fs skipped")
         names.remove("s3fs")
     root = Path(tempfile.mkdtemp(prefix="zonegate-ckpt-"))
-    state = make_state(int(a.gib * GiB), device, fill=True)
+    state = make_state(int(a.gib * GiB), device)
     nbytes = state_bytes(state)
     say(f"checkpoint: {nbytes / GiB:.2f} GiB state ({len(_tensors(state))} tensors) on "
         f"{device}, {a.threads} writer threads, targets {names}, {a.runs} runs")

@@ -104,6 +104,8 @@ class _Lanes:
                     j.wake.release()
 
     def after_fork(self) -> None:
+        """In a forked child (gateway workers may be): the parent's lock may have been held
+        by a thread that does not exist here, and its queued streams are not this process's."""
         self._lock = threading.Lock()
         self._queue, self._active, self._leading = [], [], False
 

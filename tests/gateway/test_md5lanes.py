@@ -4,11 +4,13 @@ chunking give hashlib's digest, and concurrent streams share kernel calls."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import random
 import struct
 import threading
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -187,3 +189,42 @@ def test_a_gateway_without_the_lanes_says_so_at_start(monkeypatch: pytest.Monkey
     with pytest.raises(Stop):
         asyncio.run(gateway.start())
     assert "_md5lanes" not in caplog.text
+
+
+@pytest.mark.parametrize("mid_call", [False, True])
+def test_a_forked_child_hashes_streams_together_too(mid_call: bool) -> None:
+    """A forked child (a gateway worker may be), even of a parent whose lanes' lock a thread
+    held at the fork, has its own lock and no queued streams: its streams meet in the lanes."""
+    data = os.urandom(1 << 20)
+    lanes = md5lanes._LANES
+    with lanes._lock if mid_call else contextlib.nullcontext():
+        pid = os.fork()
+        if pid == 0:  # the child: four streams at once, then report by exit status
+            ok = True
+            try:
+                results: list[bool] = []
+
+                def stream() -> None:
+                    h = md5lanes.LaneMd5()
+                    for _ in range(4):
+                        h.update(data)
+                    results.append(h.digest() == hashlib.md5(data * 4).digest())
+
+                threads = [threading.Thread(target=stream) for _ in range(4)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(30)
+                ok = results == [True] * 4
+            finally:
+                os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's hashing hung")

@@ -1,9 +1,10 @@
 /* Multi-buffer MD5: up to 8 independent MD5 streams advanced together, one 32-bit lane of an
- * AVX2 register each (gateway/s3/md5lanes.py schedules the streams onto lanes).
+ * AVX2 or AVX-512VL register each (gateway/s3/md5lanes.py brings the streams together).
  *
  * MD5 is a chain of dependent steps, so one stream leaves most of a core idle: 8 streams in
  * the lanes of one register cost about what one costs alone. The block function is RFC 1321's;
- * a portable scalar one serves CPUs without AVX2 and is the reference the tests compare with.
+ * one stream alone, or a CPU without AVX2, runs it in general registers. x86-64 only: where
+ * this does not build, md5lanes.py uses hashlib.
  *
  * blocks(states, datas, nblocks[, kernel[, stop]]) -> blocks done: states[i] is a writable
  * 16-byte buffer (the four state words, little-endian), datas[i] a buffer of at least
@@ -237,7 +238,8 @@ static PyObject *simd(PyObject *self, PyObject *noargs)
 }
 
 static PyMethodDef methods[] = {
-    {"blocks", blocks, METH_VARARGS, "blocks(states, datas, nblocks[, kernel[, stop]]) -> blocks done: advance up to 8 MD5s"},
+    {"blocks", blocks, METH_VARARGS,
+     "blocks(states, datas, nblocks[, kernel[, stop]]) -> blocks done: advance up to 8 MD5s"},
     {"simd", simd, METH_NOARGS, "the vector instruction set of the lanes, or ''"},
     {NULL, NULL, 0, NULL}};
 

@@ -68,6 +68,19 @@ class _Lanes:
             raise job.error
 
     def _lead(self, own: _Job) -> None:
+        try:
+            self._lead_until_done(own)
+        except BaseException as exc:  # noqa: BLE001 - no stream may wait for a leader gone
+            with self._lock:
+                jobs = self._active + self._queue
+                self._active, self._queue, self._leading = [], [], False
+            for j in jobs:
+                if j is not own and j.left > 0:
+                    j.error, j.left = exc, 0
+                    j.wake.release()
+            raise
+
+    def _lead_until_done(self, own: _Job) -> None:
         blocks = _md5lanes.blocks
         while True:
             with self._lock:
@@ -133,7 +146,7 @@ class LaneMd5:
         self.update_many((data,))
 
     def update_many(self, chunks: Sequence[Any]) -> None:
-        """Hash chunks in order; large updates wait for the hashing thread."""
+        """Hash chunks in order; large updates are hashed with other streams' (_Lanes)."""
         size = sum(len(c) for c in chunks)
         if not size:
             return
@@ -181,7 +194,7 @@ def md5_of(data: Any) -> Any:
 
 
 def lanes_used() -> tuple[int, int]:
-    """(kernel calls, streams advanced) of this process's hashing thread so far."""
+    """(kernel calls, streams they advanced) in this process's lanes so far."""
     return _LANES.calls, _LANES.lanes
 
 

@@ -228,3 +228,39 @@ def test_a_forked_child_hashes_streams_together_too(mid_call: bool) -> None:
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     pytest.fail("the forked child's hashing hung")
+
+
+def test_a_kernel_error_reaches_every_stream_in_the_call_and_the_lanes_go_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = md5lanes._md5lanes
+    entered = threading.Barrier(3)
+
+    class Failing:
+        @staticmethod
+        def blocks(states, datas, nblocks, *rest):  # noqa: ANN001, ANN205
+            if len(states) == 1 and nblocks <= 2:
+                return real.blocks(states, datas, nblocks, *rest)  # digest's padding
+            raise MemoryError("injected")
+
+    monkeypatch.setattr(md5lanes, "_md5lanes", Failing)
+    errors: list[BaseException] = []
+
+    def stream() -> None:
+        h = md5lanes.LaneMd5()
+        entered.wait()
+        try:
+            h.update(bytes(1 << 20))
+        except MemoryError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=stream) for _ in range(2)]
+    for t in threads:
+        t.start()
+    entered.wait()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)
+    assert len(errors) == 2
+    monkeypatch.setattr(md5lanes, "_md5lanes", real)
+    data = os.urandom(1 << 20)
+    assert md5lanes.md5_of(data).digest() == hashlib.md5(data).digest()

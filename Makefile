@@ -36,8 +36,8 @@ run: $(RUN_STAMP)
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 
-# `make test TEST_WORKERS=2`: two workers, a test file each at a time; one by default (14:31 on
-# a quiet 2-core machine, 1,808 tests), as timing-bound tests still fail beside a busy worker.
+# `make test TEST_WORKERS=2`: two workers, a test file each at a time; one by default (14:33 on
+# a quiet 2-core machine, 1,835 tests), as timing-bound tests still fail beside a busy worker.
 TEST_WORKERS ?= 1
 
 test: $(TEST_STAMP)

@@ -218,7 +218,7 @@ def _update_all(hashers: Sequence[Hasher], chunks: Sequence[bytes]) -> None:
     for h in hashers:
         many = getattr(h, "update_many", None)
         if many is not None:
-            many(chunks)  # md5lanes.LaneMd5: one hand-off to its hashing thread for the batch
+            many(chunks)  # md5lanes.LaneMd5: the batch as one update, hashed beside others
         else:
             for c in chunks:
                 h.update(c)

@@ -50,7 +50,7 @@ class _Lanes:
         # (16 KiB a lane), so that the new stream takes a lane.
         self._stop = bytearray(1)
         self.calls = 0  # kernel calls, and the streams they advanced: lanes / calls is the
-        self.lanes = 0  # mean width, what the lanes save (bench/README.md, MD5 lanes)
+        self.lanes = 0  # mean width, what the lanes save (`bench md5` prints it)
 
     def run(self, job: _Job) -> None:
         """Hash job's blocks into its state; returns when done."""
